@@ -1,0 +1,85 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/medgym/medgym/schemas"
+)
+
+// Conn is a NATS connection with its JetStream context.
+type Conn struct {
+	NC  *nats.Conn
+	JS  jetstream.JetStream
+	log *slog.Logger
+}
+
+// Connect dials url and returns a connection that reconnects forever.
+func Connect(ctx context.Context, url, name string, log *slog.Logger) (*Conn, error) {
+	nc, err := nats.Connect(url,
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w (is nats-server running with -js? use --nats to point elsewhere)", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("jetstream on %s: %w", url, err)
+	}
+	if _, err := js.AccountInfo(ctx); err != nil {
+		nc.Close()
+		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			return nil, fmt.Errorf("NATS at %s has JetStream disabled: start nats-server with -js", url)
+		}
+		return nil, fmt.Errorf("jetstream account info on %s: %w", url, err)
+	}
+	return &Conn{NC: nc, JS: js, log: log}, nil
+}
+
+// Close drains the connection (pending publishes and acks are flushed).
+func (c *Conn) Close() {
+	if c == nil || c.NC == nil {
+		return
+	}
+	if err := c.NC.Drain(); err != nil {
+		c.NC.Close()
+		return
+	}
+	for c.NC.IsDraining() {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Publish validates v, encodes it as JSON and publishes it to subject with
+// msgID as its Nats-Msg-Id, waiting for the stream's ack. A duplicate (same
+// msgID within the duplicate window) is not an error.
+func (c *Conn) Publish(ctx context.Context, subject, msgID string, v schemas.Validator) error {
+	data, err := schemas.Encode(v)
+	if err != nil {
+		return Permanent(err)
+	}
+	msg := nats.NewMsg(subject)
+	msg.Data = data
+	if msgID != "" {
+		msg.Header.Set(jetstream.MsgIDHeader, msgID)
+	}
+	if _, err := c.JS.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("publish %s (%s): %w", subject, msgID, err)
+	}
+	return nil
+}

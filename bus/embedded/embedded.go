@@ -1,0 +1,50 @@
+// Package embedded runs an in-process nats-server with JetStream, the way
+// `medgym run` works without external infrastructure. The server is real:
+// the same code as the nats-server binary, with a file store.
+package embedded
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Options for Start.
+type Options struct {
+	// StoreDir is the JetStream file store directory.
+	StoreDir string
+	// Port to listen on (default: a random free port on 127.0.0.1).
+	Port int
+	// MaxPayload in bytes (default 8 MiB: trajectories are large).
+	MaxPayload int32
+}
+
+// Start starts a server and waits until it accepts connections.
+func Start(o Options) (*server.Server, error) {
+	if o.Port == 0 {
+		o.Port = server.RANDOM_PORT
+	}
+	if o.MaxPayload == 0 {
+		o.MaxPayload = 8 << 20
+	}
+	ns, err := server.NewServer(&server.Options{
+		ServerName: "medgym-embedded",
+		Host:       "127.0.0.1",
+		Port:       o.Port,
+		JetStream:  true,
+		StoreDir:   o.StoreDir,
+		MaxPayload: o.MaxPayload,
+		NoSigs:     true,
+		NoLog:      true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats-server: %w", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("embedded nats-server: not ready after 10s (store %s)", o.StoreDir)
+	}
+	return ns, nil
+}

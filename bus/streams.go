@@ -1,0 +1,114 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/medgym/medgym/schemas"
+)
+
+// StreamOptions tune the streams EnsureStreams creates.
+type StreamOptions struct {
+	// Storage is file (default) or memory.
+	Memory bool
+	// MaxAge bounds how long messages are kept for replay (default 7 days).
+	MaxAge time.Duration
+	// Duplicates is the dedupe window for Nats-Msg-Id (default 10 min).
+	Duplicates time.Duration
+	// Replicas for clustered servers (default 1).
+	Replicas int
+}
+
+func (o StreamOptions) withDefaults() StreamOptions {
+	if o.MaxAge == 0 {
+		o.MaxAge = 7 * 24 * time.Hour
+	}
+	if o.Duplicates == 0 {
+		o.Duplicates = 10 * time.Minute
+	}
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	return o
+}
+
+// EnsureStreams creates or updates every stream and key-value bucket named
+// in schemas. Every service calls it at start-up; it is idempotent.
+func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
+	o = o.withDefaults()
+	storage := jetstream.FileStorage
+	if o.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	for name, subj := range schemas.StreamSubjects {
+		cfg := jetstream.StreamConfig{
+			Name:       name,
+			Subjects:   []string{subj.Wildcard()},
+			Retention:  jetstream.LimitsPolicy,
+			Storage:    storage,
+			MaxAge:     o.MaxAge,
+			Duplicates: o.Duplicates,
+			Replicas:   o.Replicas,
+			Discard:    jetstream.DiscardOld,
+		}
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("ensure stream %s: %w", name, err)
+		}
+	}
+	for _, b := range []string{schemas.BucketRuns, schemas.BucketEpisodes} {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: b, Storage: storage, Replicas: o.Replicas, History: 1,
+		}); err != nil {
+			return fmt.Errorf("ensure key-value bucket %s: %w", b, err)
+		}
+	}
+	return nil
+}
+
+// ConsumerOptions configure one durable consumer.
+type ConsumerOptions struct {
+	Stream  string
+	Durable string
+	Subject schemas.Subject
+	// AckWait is how long a delivered message may go without an ack or an
+	// in-progress touch before JetStream redelivers it (default 60 s).
+	AckWait time.Duration
+	// MaxDeliver bounds deliveries (default 5); then the message is a dead letter.
+	MaxDeliver int
+	// MaxAckPending bounds unacked messages across all subscribers (default 1000).
+	MaxAckPending int
+}
+
+func (o ConsumerOptions) withDefaults() ConsumerOptions {
+	if o.AckWait == 0 {
+		o.AckWait = 60 * time.Second
+	}
+	if o.MaxDeliver == 0 {
+		o.MaxDeliver = 5
+	}
+	if o.MaxAckPending == 0 {
+		o.MaxAckPending = 1000
+	}
+	return o
+}
+
+// EnsureConsumer creates or updates a durable, explicit-ack pull consumer.
+func EnsureConsumer(ctx context.Context, js jetstream.JetStream, o ConsumerOptions) (jetstream.Consumer, error) {
+	o = o.withDefaults()
+	c, err := js.CreateOrUpdateConsumer(ctx, o.Stream, jetstream.ConsumerConfig{
+		Durable:       o.Durable,
+		FilterSubject: o.Subject.Wildcard(),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       o.AckWait,
+		MaxDeliver:    o.MaxDeliver,
+		MaxAckPending: o.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ensure consumer %s on %s: %w", o.Durable, o.Stream, err)
+	}
+	return c, nil
+}

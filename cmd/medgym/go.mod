@@ -1,0 +1,3 @@
+module github.com/medgym/medgym/cmd/medgym
+
+go 1.26.8

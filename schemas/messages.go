@@ -1,0 +1,543 @@
+package schemas
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Version of the wire contract. Bump the minor on additive changes.
+const Version = "1.0"
+
+// AnswerType says how a task's answer is checked.
+type AnswerType string
+
+// Answer types.
+const (
+	AnswerNumber  AnswerType = "number"  // float, checked against a range or tolerance
+	AnswerInteger AnswerType = "integer" // exact integer
+	AnswerDate    AnswerType = "date"    // calendar date, exact
+	AnswerString  AnswerType = "string"  // normalised string equality
+	AnswerList    AnswerType = "list"    // list or set of values
+	AnswerBoolean AnswerType = "boolean"
+	AnswerTuple   AnswerType = "tuple" // e.g. (weeks, days)
+)
+
+// Outcome is the typed end of an episode.
+type Outcome string
+
+// Outcomes. InfraFailure is never the model's fault: it is excluded from
+// success rates and RL rewards by default.
+const (
+	OutcomeCorrect      Outcome = "correct"
+	OutcomeIncorrect    Outcome = "incorrect"
+	OutcomeFormatError  Outcome = "format_error"
+	OutcomeTimeout      Outcome = "timeout"
+	OutcomeLoop         Outcome = "loop"
+	OutcomeTurnLimit    Outcome = "turn_limit"
+	OutcomeSandboxError Outcome = "sandbox_error"
+	OutcomeInfraFailure Outcome = "infra_failure"
+)
+
+// Outcomes lists every outcome, for validation and reports.
+var Outcomes = []Outcome{OutcomeCorrect, OutcomeIncorrect, OutcomeFormatError, OutcomeTimeout,
+	OutcomeLoop, OutcomeTurnLimit, OutcomeSandboxError, OutcomeInfraFailure}
+
+// Valid reports whether o is a known outcome.
+func (o Outcome) Valid() bool {
+	for _, x := range Outcomes {
+		if o == x {
+			return true
+		}
+	}
+	return false
+}
+
+// Termination says why the llm-worker ended an episode; the verifier turns
+// it into an Outcome.
+type Termination string
+
+// Terminations.
+const (
+	EndAccepted     Termination = "accepted"      // a code execution was accepted by the verifier
+	EndAnswered     Termination = "answered"      // the agent gave an explicit final answer
+	EndTurnLimit    Termination = "turn_limit"    // max turns reached
+	EndLoop         Termination = "loop"          // repeated identical action, loop guard stopped it
+	EndFormatError  Termination = "format_error"  // every turn failed to parse (or policy gave up)
+	EndTimeout      Termination = "timeout"       // per-episode wall clock exceeded
+	EndInfraFailure Termination = "infra_failure" // model endpoint or bus failed beyond retries
+	EndSandboxError Termination = "sandbox_error" // the sandbox itself failed (not the agent's code)
+)
+
+// Policy names.
+const (
+	PolicyOpenAI    = "openai"    // any OpenAI-compatible chat-completions endpoint
+	PolicyReference = "reference" // replays the task's reference solution; no model involved
+)
+
+// End-of-episode rules (EpisodeOptions.EndOn).
+const (
+	EndOnAccepted = "accepted" // upstream: the first accepted code execution ends the episode
+	EndOnAnswer   = "answer"   // only an explicit {"action":"answer"} ends the episode
+	EndOnBoth     = "both"     // either ends it
+)
+
+// TaskView is what the agent may see of a task: never the ground truth, never
+// the reference solution.
+type TaskView struct {
+	ID          string     `json:"id"`
+	Dataset     string     `json:"dataset"`
+	Category    string     `json:"category"`
+	Split       string     `json:"split"`
+	Instruction string     `json:"instruction"`       // dataset-level instruction (system prompt part)
+	Question    string     `json:"question"`          // the goal
+	Context     string     `json:"context,omitempty"` // e.g. the patient note
+	AnswerType  AnswerType `json:"answer_type"`
+	// Resources are data paths relative to the task data root that the
+	// sandbox mounts read-only under /data.
+	Resources        []string `json:"resources,omitempty"`
+	PermittedActions []string `json:"permitted_actions"`
+}
+
+// Validate checks the fields every consumer relies on.
+func (t TaskView) Validate() error {
+	switch {
+	case t.ID == "":
+		return errors.New("task: id is empty")
+	case t.Dataset == "":
+		return fmt.Errorf("task %s: dataset is empty", t.ID)
+	case t.Question == "":
+		return fmt.Errorf("task %s: question is empty", t.ID)
+	}
+	return nil
+}
+
+// PolicySpec says which policy plays an episode. API keys never travel on
+// the bus: APIKeyEnv names the environment variable the llm-worker reads.
+type PolicySpec struct {
+	Name        string   `json:"name"`
+	Model       string   `json:"model"`
+	BaseURL     string   `json:"base_url,omitempty"`
+	APIKeyEnv   string   `json:"api_key_env,omitempty"`
+	Temperature *float64 `json:"temperature,omitempty"`
+	TopP        *float64 `json:"top_p,omitempty"`
+	MaxTokens   int      `json:"max_tokens,omitempty"`
+	Seed        *int64   `json:"seed,omitempty"`
+	Stop        []string `json:"stop,omitempty"`
+	Logprobs    bool     `json:"logprobs,omitempty"`
+	// Version is the policy version the episode is sampled under (online RL).
+	Version int `json:"version,omitempty"`
+}
+
+// Validate checks the policy.
+func (p PolicySpec) Validate() error {
+	switch p.Name {
+	case PolicyReference:
+	case PolicyOpenAI:
+		if p.Model == "" {
+			return errors.New("policy openai: model is empty")
+		}
+	default:
+		return fmt.Errorf("policy: unknown name %q (want %q or %q)", p.Name, PolicyOpenAI, PolicyReference)
+	}
+	return nil
+}
+
+// EpisodeOptions are the per-run rules of an episode.
+type EpisodeOptions struct {
+	MaxTurns int `json:"max_turns"`
+	// EndOn is EndOnAccepted (upstream), EndOnAnswer or EndOnBoth.
+	EndOn string `json:"end_on"`
+	// ShowVerdict feeds the verifier's verdict on code runs back to the
+	// model (upstream never does).
+	ShowVerdict bool `json:"show_verdict,omitempty"`
+	// ActionTimeoutSec bounds one action's wall clock in the sandbox.
+	ActionTimeoutSec int `json:"action_timeout_sec"`
+	// EpisodeTimeoutSec bounds the whole episode (0 = none).
+	EpisodeTimeoutSec int `json:"episode_timeout_sec,omitempty"`
+	// LoopGuard is "off", "warn" (tell the model) or "stop" (end with loop).
+	LoopGuard string `json:"loop_guard,omitempty"`
+	// VerifierMode is "strict" (default) or "upstream".
+	VerifierMode string `json:"verifier_mode,omitempty"`
+}
+
+// DefaultOptions are medgym's defaults (upstream's 15 turns, 120 s actions).
+func DefaultOptions() EpisodeOptions {
+	return EpisodeOptions{MaxTurns: 15, EndOn: EndOnBoth, ActionTimeoutSec: 120, LoopGuard: "warn", VerifierMode: "strict"}
+}
+
+// Validate checks the options.
+func (o EpisodeOptions) Validate() error {
+	if o.MaxTurns < 1 || o.MaxTurns > 200 {
+		return fmt.Errorf("options: max_turns %d out of range 1..200", o.MaxTurns)
+	}
+	switch o.EndOn {
+	case EndOnAccepted, EndOnAnswer, EndOnBoth:
+	default:
+		return fmt.Errorf("options: end_on %q (want accepted, answer or both)", o.EndOn)
+	}
+	if o.ActionTimeoutSec < 1 {
+		return fmt.Errorf("options: action_timeout_sec %d must be ≥ 1", o.ActionTimeoutSec)
+	}
+	switch o.VerifierMode {
+	case "", "strict", "upstream":
+	default:
+		return fmt.Errorf("options: verifier_mode %q (want strict or upstream)", o.VerifierMode)
+	}
+	return nil
+}
+
+// EpisodeRequest asks for one episode: one task, one sample.
+type EpisodeRequest struct {
+	RunID       string         `json:"run_id"`
+	EpisodeID   string         `json:"episode_id"`
+	SampleIndex int            `json:"sample_index"`
+	Task        TaskView       `json:"task"`
+	Policy      PolicySpec     `json:"policy"`
+	Options     EpisodeOptions `json:"options"`
+	RequestedAt time.Time      `json:"requested_at"`
+	// Attempt counts restarts of this episode (0 for the first).
+	Attempt int `json:"attempt,omitempty"`
+}
+
+// Validate checks the request.
+func (r EpisodeRequest) Validate() error {
+	if !ValidToken(r.RunID) {
+		return fmt.Errorf("episode request: run_id %q is not a valid token", r.RunID)
+	}
+	if !ValidToken(r.EpisodeID) {
+		return fmt.Errorf("episode request: episode_id %q is not a valid token", r.EpisodeID)
+	}
+	if err := r.Task.Validate(); err != nil {
+		return fmt.Errorf("episode request %s: %w", r.EpisodeID, err)
+	}
+	if err := r.Policy.Validate(); err != nil {
+		return fmt.Errorf("episode request %s: %w", r.EpisodeID, err)
+	}
+	if err := r.Options.Validate(); err != nil {
+		return fmt.Errorf("episode request %s: %w", r.EpisodeID, err)
+	}
+	return nil
+}
+
+// Action is one agent action in upstream's contract:
+// {"action": "validate_code", "params": {"code": "..."}}.
+type Action struct {
+	Name   string          `json:"action"`
+	Params json.RawMessage `json:"params"`
+}
+
+// Action names. Answer is medgym's explicit final answer.
+const (
+	ActionValidateCode = "validate_code"
+	ActionTerminal     = "terminal"
+	ActionRequestInfo  = "request_info"
+	ActionDebug        = "debug"
+	ActionAnswer       = "answer"
+)
+
+// EpisodeRef identifies one turn of one episode on the bus.
+type EpisodeRef struct {
+	RunID     string `json:"run_id"`
+	EpisodeID string `json:"episode_id"`
+	TaskID    string `json:"task_id"`
+	Dataset   string `json:"dataset"`
+	Split     string `json:"split,omitempty"`
+	Turn      int    `json:"turn"`
+}
+
+// Validate checks the reference.
+func (e EpisodeRef) Validate() error {
+	if !ValidToken(e.RunID) || !ValidToken(e.EpisodeID) {
+		return fmt.Errorf("episode ref: run_id %q / episode_id %q are not valid tokens", e.RunID, e.EpisodeID)
+	}
+	if e.TaskID == "" || e.Dataset == "" {
+		return fmt.Errorf("episode ref %s: task_id and dataset are required", e.EpisodeID)
+	}
+	if e.Turn < 0 {
+		return fmt.Errorf("episode ref %s: negative turn", e.EpisodeID)
+	}
+	return nil
+}
+
+// ActionRequest asks a sandbox worker to execute one action.
+type ActionRequest struct {
+	Ref    EpisodeRef `json:"ref"`
+	Action Action     `json:"action"`
+	// Resources to mount read-only (relative to the task data root).
+	Resources  []string `json:"resources,omitempty"`
+	TimeoutSec int      `json:"timeout_sec"`
+	// Check asks the verifier to check this execution's output against the
+	// ground truth (EndOn accepted/both, code actions only).
+	Check        bool   `json:"check"`
+	VerifierMode string `json:"verifier_mode,omitempty"`
+	// Replay lists the earlier actions of the episode that touched the
+	// workspace, in order, so a worker that lacks the workspace rebuilds it.
+	Replay []Action `json:"replay,omitempty"`
+}
+
+// Validate checks the request.
+func (a ActionRequest) Validate() error {
+	if err := a.Ref.Validate(); err != nil {
+		return err
+	}
+	if a.Action.Name == "" {
+		return fmt.Errorf("action request %s/%d: action name is empty", a.Ref.EpisodeID, a.Ref.Turn)
+	}
+	if a.TimeoutSec < 1 {
+		return fmt.Errorf("action request %s/%d: timeout_sec must be ≥ 1", a.Ref.EpisodeID, a.Ref.Turn)
+	}
+	return nil
+}
+
+// Exec status values.
+const (
+	StatusOK           = "ok"            // exit code 0
+	StatusError        = "error"         // non-zero exit or compile error
+	StatusTimeout      = "timeout"       // wall-clock or CPU limit hit
+	StatusKilled       = "killed"        // memory/pids limit or signal
+	StatusSandboxError = "sandbox_error" // the sandbox failed, not the code
+	StatusInfo         = "info"          // non-execution action (request_info, debug)
+)
+
+// ExecResult is what running one action produced.
+type ExecResult struct {
+	Status          string `json:"status"`
+	ExitCode        int    `json:"exit_code"`
+	Signal          string `json:"signal,omitempty"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	Truncated       bool   `json:"truncated"`
+	DurationMS      int64  `json:"duration_ms"`
+	PeakMemoryBytes int64  `json:"peak_memory_bytes,omitempty"`
+	// Message is the observation text the model is shown (upstream's
+	// env_message): stdout, then stderr, or an explanation.
+	Message string `json:"message"`
+}
+
+// Check is the verifier's verdict on one code execution.
+type Check struct {
+	Accepted        bool   `json:"accepted"`
+	Answer          string `json:"answer"`
+	Verdict         string `json:"verdict"`
+	VerifierVersion string `json:"verifier_version"`
+}
+
+// Observation is the result of one action, produced by a sandbox worker and
+// passed on (with Check filled when asked) by the verifier.
+type Observation struct {
+	Ref          EpisodeRef `json:"ref"`
+	Action       string     `json:"action"`
+	Result       ExecResult `json:"result"`
+	CheckWanted  bool       `json:"check_wanted"`
+	VerifierMode string     `json:"verifier_mode,omitempty"`
+	Check        *Check     `json:"check,omitempty"`
+	Worker       string     `json:"worker,omitempty"`
+}
+
+// Validate checks the observation.
+func (o Observation) Validate() error {
+	if err := o.Ref.Validate(); err != nil {
+		return err
+	}
+	if o.Result.Status == "" {
+		return fmt.Errorf("observation %s/%d: result status is empty", o.Ref.EpisodeID, o.Ref.Turn)
+	}
+	return nil
+}
+
+// ChatMessage is one OpenAI-style chat message.
+type ChatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// Turn records one policy step: what the model said, what was parsed, what
+// the sandbox returned.
+type Turn struct {
+	Index        int    `json:"index"`
+	RawText      string `json:"raw_text"`
+	Reasoning    string `json:"reasoning,omitempty"`
+	FinishReason string `json:"finish_reason,omitempty"`
+	ActionName   string `json:"action_name"`
+	ParamsJSON   string `json:"params_json"`
+	ParseError   string `json:"parse_error,omitempty"`
+	Observation  string `json:"observation"`
+	ExecStatus   string `json:"exec_status,omitempty"`
+	ExitCode     int    `json:"exit_code"`
+	Stdout       string `json:"stdout,omitempty"`
+	Stderr       string `json:"stderr,omitempty"`
+	Truncated    bool   `json:"truncated,omitempty"`
+	Accepted     bool   `json:"accepted,omitempty"`
+	DurationMS   int64  `json:"duration_ms"`
+	LLMLatencyMS int64  `json:"llm_latency_ms"`
+
+	PromptTokens       int       `json:"prompt_tokens"`
+	CompletionTokens   int       `json:"completion_tokens"`
+	PromptTokenIDs     []int32   `json:"prompt_token_ids,omitempty"`
+	CompletionTokenIDs []int32   `json:"completion_token_ids,omitempty"`
+	CompletionLogprobs []float32 `json:"completion_logprobs,omitempty"`
+}
+
+// EpisodeState is the llm-worker's state of an episode after each completed
+// turn, kept in the BucketEpisodes key-value bucket so any worker can resume.
+type EpisodeState struct {
+	Request   EpisodeRequest `json:"request"`
+	Messages  []ChatMessage  `json:"messages"`
+	Turns     []Turn         `json:"turns"`
+	StartedAt time.Time      `json:"started_at"`
+	// PendingAction is the action out at a sandbox worker, if any. It is
+	// saved before it is published, so a redelivered observation re-publishes
+	// it (deduplicated by Nats-Msg-Id) instead of sampling the policy again.
+	PendingAction *ActionRequest `json:"pending_action,omitempty"`
+	// Result is set once the episode is over; it is re-published the same way.
+	Result *EpisodeResult `json:"result,omitempty"`
+}
+
+// Validate checks the state.
+func (s EpisodeState) Validate() error { return s.Request.Validate() }
+
+// EpisodeResult is a finished episode, before scoring.
+type EpisodeResult struct {
+	Request     EpisodeRequest `json:"request"`
+	Turns       []Turn         `json:"turns"`
+	Messages    []ChatMessage  `json:"messages"`
+	FinalAnswer string         `json:"final_answer"`
+	Termination Termination    `json:"termination"`
+	Error       string         `json:"error,omitempty"`
+	StartedAt   time.Time      `json:"started_at"`
+	FinishedAt  time.Time      `json:"finished_at"`
+	Worker      string         `json:"worker,omitempty"`
+}
+
+// Validate checks the result.
+func (r EpisodeResult) Validate() error {
+	if err := r.Request.Validate(); err != nil {
+		return err
+	}
+	if r.Termination == "" {
+		return fmt.Errorf("episode result %s: termination is empty", r.Request.EpisodeID)
+	}
+	return nil
+}
+
+// Score is the verifier's final word on an episode, published after the
+// trajectory row is durably stored.
+type Score struct {
+	RunID           string    `json:"run_id"`
+	EpisodeID       string    `json:"episode_id"`
+	TaskID          string    `json:"task_id"`
+	Dataset         string    `json:"dataset"`
+	Category        string    `json:"category,omitempty"`
+	SampleIndex     int       `json:"sample_index"`
+	PolicyVersion   int       `json:"policy_version,omitempty"`
+	Outcome         Outcome   `json:"outcome"`
+	Reward          float64   `json:"reward"`
+	NumTurns        int       `json:"num_turns"`
+	VerifierVersion string    `json:"verifier_version"`
+	Object          string    `json:"object,omitempty"`
+	ScoredAt        time.Time `json:"scored_at"`
+}
+
+// Validate checks the score.
+func (s Score) Validate() error {
+	if !ValidToken(s.RunID) || !ValidToken(s.EpisodeID) {
+		return fmt.Errorf("score: run_id %q / episode_id %q are not valid tokens", s.RunID, s.EpisodeID)
+	}
+	if !s.Outcome.Valid() {
+		return fmt.Errorf("score %s: unknown outcome %q", s.EpisodeID, s.Outcome)
+	}
+	return nil
+}
+
+// RunSpec asks the dispatcher for a run: tasks × samples under one policy.
+type RunSpec struct {
+	RunID    string   `json:"run_id"`
+	Datasets []string `json:"datasets"`
+	Split    string   `json:"split"`
+	// TasksDir, when set, loads upstream-format task folders instead of the
+	// built-in library.
+	TasksDir   string   `json:"tasks_dir,omitempty"`
+	Categories []string `json:"categories,omitempty"`
+	TaskIDs    []string `json:"task_ids,omitempty"`
+	Limit      int      `json:"limit,omitempty"`
+	SampleSeed int64    `json:"sample_seed,omitempty"` // 0: first Limit tasks in order; else a seeded sample
+	Samples    int      `json:"samples"`               // K samples per task
+	// Temperatures is the per-sample temperature schedule: sample k uses
+	// Temperatures[min(k, len-1)] (upstream: [0, 0.6]).
+	Temperatures []float64      `json:"temperatures,omitempty"`
+	Policy       PolicySpec     `json:"policy"`
+	Options      EpisodeOptions `json:"options"`
+	// MaxInFlight bounds the episodes admitted at once (0 = 64).
+	MaxInFlight int       `json:"max_in_flight,omitempty"`
+	SubmittedAt time.Time `json:"submitted_at"`
+}
+
+// Validate checks the spec.
+func (r RunSpec) Validate() error {
+	if !ValidToken(r.RunID) {
+		return fmt.Errorf("run spec: run_id %q is not a valid token (letters, digits, - and _)", r.RunID)
+	}
+	if len(r.Datasets) == 0 {
+		return fmt.Errorf("run spec %s: no dataset", r.RunID)
+	}
+	if r.Samples < 1 {
+		return fmt.Errorf("run spec %s: samples must be ≥ 1", r.RunID)
+	}
+	if err := r.Policy.Validate(); err != nil {
+		return fmt.Errorf("run spec %s: %w", r.RunID, err)
+	}
+	if err := r.Options.Validate(); err != nil {
+		return fmt.Errorf("run spec %s: %w", r.RunID, err)
+	}
+	return nil
+}
+
+// RunStatus is the dispatcher's record of a run (BucketRuns).
+type RunStatus struct {
+	Spec      RunSpec         `json:"spec"`
+	Total     int             `json:"total"`
+	Published int             `json:"published"`
+	Done      int             `json:"done"`
+	Outcomes  map[Outcome]int `json:"outcomes"`
+	Finished  bool            `json:"finished"`
+	Error     string          `json:"error,omitempty"`
+	UpdatedAt time.Time       `json:"updated_at"`
+}
+
+// PolicyVersion announces a new policy (online RL).
+type PolicyVersion struct {
+	Version   int       `json:"version"`
+	Model     string    `json:"model"`
+	Adapter   string    `json:"adapter,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Validator is implemented by every message type.
+type Validator interface{ Validate() error }
+
+// Decode unmarshals data into v and validates it. The error names the type
+// and, for JSON errors, the offset.
+func Decode[T Validator](data []byte) (T, error) {
+	var v T
+	if err := json.Unmarshal(data, &v); err != nil {
+		return v, fmt.Errorf("decode %T: %w", v, err)
+	}
+	if err := v.Validate(); err != nil {
+		return v, fmt.Errorf("decode %T: %w", v, err)
+	}
+	return v, nil
+}
+
+// Encode marshals v after validating it.
+func Encode(v Validator) ([]byte, error) {
+	if err := v.Validate(); err != nil {
+		return nil, fmt.Errorf("encode %T: %w", v, err)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode %T: %w", v, err)
+	}
+	return b, nil
+}

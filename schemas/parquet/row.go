@@ -1,0 +1,165 @@
+package parquet
+
+import (
+	"time"
+
+	"github.com/medgym/medgym/schemas"
+)
+
+// SchemaVersion is the version of the trajectory schema. Bump it on any
+// change to the columns, together with testdata/schema.golden and the table
+// in schemas/README.md.
+const SchemaVersion = "1"
+
+// Row is one episode: the Go form of one row of a trajectory file.
+type Row struct {
+	RunID         string
+	EpisodeID     string
+	TaskID        string
+	Dataset       string
+	Category      string
+	Split         string
+	SampleIndex   int32
+	Attempt       int32
+	Policy        string
+	Model         string
+	PolicyVersion int32
+	// Temperature is nil when the policy left it to the endpoint's default.
+	Temperature *float64
+	Reward      float64
+	Outcome     string
+	Termination string
+	NumTurns    int32
+	FinalAnswer string
+	Error       string
+	// StartedAt and FinishedAt are UTC with microsecond precision (the
+	// precision of the column).
+	StartedAt       time.Time
+	FinishedAt      time.Time
+	VerifierVersion string
+	VerifierMode    string
+	SchemaVersion   string
+	// PromptTokens and CompletionTokens are totals over all turns.
+	PromptTokens     int64
+	CompletionTokens int64
+	Messages         []Message
+	Turns            []Turn
+}
+
+// Message is one chat message of the episode, in order.
+type Message struct {
+	Role    string
+	Content string
+}
+
+// Turn is one policy step. Empty token-id and logprob lists read back as nil.
+type Turn struct {
+	Index              int32
+	RawText            string
+	Reasoning          string
+	FinishReason       string
+	Action             string
+	ParamsJSON         string
+	ParseError         string
+	Observation        string
+	ExecStatus         string
+	ExitCode           int32
+	Stdout             string
+	Stderr             string
+	Truncated          bool
+	Accepted           bool
+	DurationMS         int64
+	LLMLatencyMS       int64
+	PromptTokens       int32
+	CompletionTokens   int32
+	PromptTokenIDs     []int32
+	CompletionTokenIDs []int32
+	CompletionLogprobs []float32
+}
+
+// FromEpisode builds the row of a finished, scored episode. Identity fields
+// come from the request; outcome, reward and verifier version from the
+// score. Times are normalised to UTC microseconds so a row read back from a
+// file equals the row written.
+func FromEpisode(res schemas.EpisodeResult, sc schemas.Score, verifierMode string) Row {
+	req := res.Request
+	r := Row{
+		RunID:           req.RunID,
+		EpisodeID:       req.EpisodeID,
+		TaskID:          req.Task.ID,
+		Dataset:         req.Task.Dataset,
+		Category:        req.Task.Category,
+		Split:           req.Task.Split,
+		SampleIndex:     int32(req.SampleIndex),
+		Attempt:         int32(req.Attempt),
+		Policy:          req.Policy.Name,
+		Model:           req.Policy.Model,
+		PolicyVersion:   int32(req.Policy.Version),
+		Reward:          sc.Reward,
+		Outcome:         string(sc.Outcome),
+		Termination:     string(res.Termination),
+		NumTurns:        int32(len(res.Turns)),
+		FinalAnswer:     res.FinalAnswer,
+		Error:           res.Error,
+		StartedAt:       normTime(res.StartedAt),
+		FinishedAt:      normTime(res.FinishedAt),
+		VerifierVersion: sc.VerifierVersion,
+		VerifierMode:    verifierMode,
+		SchemaVersion:   SchemaVersion,
+	}
+	if req.Policy.Temperature != nil {
+		t := *req.Policy.Temperature
+		r.Temperature = &t
+	}
+	if len(res.Messages) > 0 {
+		r.Messages = make([]Message, len(res.Messages))
+		for i, m := range res.Messages {
+			r.Messages[i] = Message{Role: m.Role, Content: m.Content}
+		}
+	}
+	if len(res.Turns) > 0 {
+		r.Turns = make([]Turn, len(res.Turns))
+		for i, t := range res.Turns {
+			r.PromptTokens += int64(t.PromptTokens)
+			r.CompletionTokens += int64(t.CompletionTokens)
+			r.Turns[i] = Turn{
+				Index:              int32(t.Index),
+				RawText:            t.RawText,
+				Reasoning:          t.Reasoning,
+				FinishReason:       t.FinishReason,
+				Action:             t.ActionName,
+				ParamsJSON:         t.ParamsJSON,
+				ParseError:         t.ParseError,
+				Observation:        t.Observation,
+				ExecStatus:         t.ExecStatus,
+				ExitCode:           int32(t.ExitCode),
+				Stdout:             t.Stdout,
+				Stderr:             t.Stderr,
+				Truncated:          t.Truncated,
+				Accepted:           t.Accepted,
+				DurationMS:         t.DurationMS,
+				LLMLatencyMS:       t.LLMLatencyMS,
+				PromptTokens:       int32(t.PromptTokens),
+				CompletionTokens:   int32(t.CompletionTokens),
+				PromptTokenIDs:     cloneNonEmpty(t.PromptTokenIDs),
+				CompletionTokenIDs: cloneNonEmpty(t.CompletionTokenIDs),
+				CompletionLogprobs: cloneNonEmpty(t.CompletionLogprobs),
+			}
+		}
+	}
+	return r
+}
+
+func normTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Time{}
+	}
+	return t.UTC().Truncate(time.Microsecond)
+}
+
+func cloneNonEmpty[T any](s []T) []T {
+	if len(s) == 0 {
+		return nil
+	}
+	return append([]T(nil), s...)
+}

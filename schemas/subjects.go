@@ -1,0 +1,117 @@
+package schemas
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Subject is a NATS subject prefix owned by medgym. Concrete subjects carry the
+// run id as their last token (see For) so that a client can follow one run.
+type Subject string
+
+// The subjects of the episode pipeline, in the order an episode crosses them.
+const (
+	// EpisodeRequested: dispatcher → llm-worker. Payload: EpisodeRequest.
+	EpisodeRequested Subject = "medgym.episode.requested"
+	// ActionRequested: llm-worker → sandbox-worker. Payload: ActionRequest.
+	ActionRequested Subject = "medgym.action.requested"
+	// ObservationProduced: sandbox-worker → verifier. Payload: Observation.
+	ObservationProduced Subject = "medgym.observation.produced"
+	// ObservationChecked: verifier → llm-worker. Payload: Observation with Check set.
+	ObservationChecked Subject = "medgym.observation.checked"
+	// EpisodeCompleted: llm-worker → verifier. Payload: EpisodeResult.
+	EpisodeCompleted Subject = "medgym.episode.completed"
+	// EpisodeScored: verifier → dispatcher, trainer, CLI. Payload: Score.
+	// Published only after the episode's trajectory row is durably stored.
+	EpisodeScored Subject = "medgym.episode.scored"
+	// RunSubmitted: CLI/trainer → dispatcher. Payload: RunSpec.
+	RunSubmitted Subject = "medgym.run.submitted"
+	// PolicyUpdated: trainer → everyone. Payload: PolicyVersion.
+	PolicyUpdated Subject = "medgym.policy.updated"
+	// DeadLetter: bus → dispatcher. A message no handler could process
+	// (undecodable, permanent error, or out of deliveries). Payload: the
+	// original message; headers say why (see bus).
+	DeadLetter Subject = "medgym.deadletter"
+)
+
+// For returns the concrete subject for a run: "<subject>.<runID>".
+func (s Subject) For(runID string) string { return string(s) + "." + runID }
+
+// Wildcard returns the subject filter matching every run: "<subject>.>".
+func (s Subject) Wildcard() string { return string(s) + ".>" }
+
+// Stream names. Each subject family has its own stream so that retention and
+// limits can differ: work streams are replayable logs (limits retention).
+const (
+	StreamRuns         = "MEDGYM_RUNS"
+	StreamEpisodes     = "MEDGYM_EPISODES"
+	StreamActions      = "MEDGYM_ACTIONS"
+	StreamObservations = "MEDGYM_OBSERVATIONS"
+	StreamChecks       = "MEDGYM_CHECKS"
+	StreamResults      = "MEDGYM_RESULTS"
+	StreamScores       = "MEDGYM_SCORES"
+	StreamPolicy       = "MEDGYM_POLICY"
+	StreamDeadLetter   = "MEDGYM_DEADLETTER"
+)
+
+// StreamSubjects maps each stream to the subject family it stores.
+var StreamSubjects = map[string]Subject{
+	StreamRuns:         RunSubmitted,
+	StreamEpisodes:     EpisodeRequested,
+	StreamActions:      ActionRequested,
+	StreamObservations: ObservationProduced,
+	StreamChecks:       ObservationChecked,
+	StreamResults:      EpisodeCompleted,
+	StreamScores:       EpisodeScored,
+	StreamPolicy:       PolicyUpdated,
+	StreamDeadLetter:   DeadLetter,
+}
+
+// Durable consumer names, one per (service, subject) pair. Every process of a
+// service binds to the same durable, so adding processes shares the work.
+const (
+	DurableDispatcherRuns   = "dispatcher-runs"
+	DurableDispatcherScores = "dispatcher-scores"
+	DurableLLMEpisodes      = "llm-worker-episodes"
+	DurableLLMChecks        = "llm-worker-checks"
+	DurableSandboxActions   = "sandbox-worker-actions"
+	DurableVerifierObs      = "verifier-observations"
+	DurableVerifierResults  = "verifier-results"
+	DurableDispatcherDead   = "dispatcher-deadletters"
+	DurableSandboxResults   = "sandbox-worker-results"
+)
+
+// Key-value buckets.
+const (
+	// BucketRuns holds RunStatus by run id (dispatcher-owned).
+	BucketRuns = "MEDGYM_RUNS"
+	// BucketEpisodes holds EpisodeState by episode id (llm-worker-owned):
+	// the state after each completed turn, so another worker can resume.
+	BucketEpisodes = "MEDGYM_EPISODE_STATE"
+)
+
+// ValidToken reports whether s can be used as one subject token (run ids,
+// episode ids): non-empty, ASCII letters, digits, '-' and '_' only.
+func ValidToken(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// MsgID builds a deterministic Nats-Msg-Id from its parts so that a
+// re-published message is dropped by the stream's duplicate window.
+func MsgID(parts ...any) string {
+	s := make([]string, len(parts))
+	for i, p := range parts {
+		s[i] = fmt.Sprint(p)
+	}
+	return strings.Join(s, "/")
+}

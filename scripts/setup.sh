@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# setup.sh installs everything medgym needs on a fresh Debian 12 machine.
+# Idempotent: each step checks whether its result is already there.
+#
+#   scripts/setup.sh            Debian packages + Go tools (nats-server, minio)
+#   SKIP_MINIO=1 scripts/setup.sh   skip the MinIO test server (3.5 min build)
+#   WITH_DOCKER=1 scripts/setup.sh  also install the Docker engine
+set -euo pipefail
+
+TOOLS="${MEDGYM_TOOLS:-$HOME/.cache/medgym/bin}"
+mkdir -p "$TOOLS"
+
+apt_pkgs=(bubblewrap python3 python3-pandas python3-numpy python3-scipy python3-sklearn
+  python3-statsmodels python3-biopython sqlite3 curl ca-certificates)
+if [ "${WITH_DOCKER:-0}" = 1 ]; then apt_pkgs+=(docker.io debootstrap); fi
+
+missing=()
+for p in "${apt_pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x "$TOOLS/nats-server" ]; then
+  echo "setup: building nats-server v2.15.3 into $TOOLS"
+  GOBIN="$TOOLS" GOWORK=off go install github.com/nats-io/nats-server/v2@v2.15.3
+fi
+if [ "${SKIP_MINIO:-0}" != 1 ] && [ ! -x "$TOOLS/minio" ]; then
+  echo "setup: building the MinIO test server into $TOOLS (about 3.5 minutes, once per machine)"
+  GOBIN="$TOOLS" GOWORK=off GOFLAGS=-p=2 go install github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c
+fi
+echo "setup: done (tools in $TOOLS)"

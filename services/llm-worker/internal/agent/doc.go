@@ -1,0 +1,15 @@
+// Package agent is the policy-side text contract of the llm-worker: it builds
+// the chat prompt for a task (upstream MedAgentGym's structure, with the
+// action count and the data location right) and parses a model's reply into
+// a schemas.Action.
+//
+// The parser accepts everything upstream's parse_llm_response accepts
+// (```json fences, chatter around the object, </think> blocks, """triple
+// quoted""" code) and more: raw control characters inside strings, trailing
+// commas, invalid backslash escapes (regexes like "\d"), braces inside code
+// and two objects in one reply (the first valid action wins). Think blocks
+// are removed before any object is searched for, so braces in reasoning never
+// break parsing (upstream slices braces first).
+//
+// Everything here is a pure function: no I/O, no logging.
+package agent

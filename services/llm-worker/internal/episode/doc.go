@@ -1,0 +1,18 @@
+// Package episode is the llm-worker's episode loop as plain functions over
+// state: Start builds the prompt and takes the first policy step; Continue
+// folds in an observation and takes the next. Each returns the new
+// schemas.EpisodeState and what to publish next (an action for a sandbox
+// worker, or the finished episode for the verifier). The caller saves the
+// state before publishing, so a crash between the two re-publishes the same
+// message instead of sampling the policy again.
+//
+// Rules, as upstream unless said otherwise:
+//   - a reply that does not parse consumes a turn; the raw text is kept in
+//     the trajectory (upstream drops it) and the model is told the error;
+//   - EndOn "accepted": the first code execution the verifier accepts ends
+//     the episode; "answer": only an explicit answer action does; "both";
+//   - the loop guard sees the same action with the same params as the
+//     previous turn and either warns the model or stops with outcome loop;
+//   - MaxTurns policy steps at most; a policy that keeps failing beyond its
+//     client's bounded retries ends the episode with infra_failure.
+package episode

@@ -1,0 +1,274 @@
+package episode
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/services/llm-worker/internal/agent"
+)
+
+// Completion is one policy reply.
+type Completion struct {
+	Text, Reasoning, FinishReason  string
+	PromptTokens, CompletionTokens int
+	PromptTokenIDs, TokenIDs       []int32
+	Logprobs                       []float32
+	Latency                        time.Duration
+}
+
+// Policy produces the next assistant message of an episode.
+type Policy interface {
+	Complete(ctx context.Context, req schemas.EpisodeRequest, msgs []schemas.ChatMessage) (Completion, error)
+}
+
+// Debugger answers upstream's debug action (an env-side model call).
+type Debugger interface {
+	Debug(ctx context.Context, req schemas.EpisodeRequest, msgs []schemas.ChatMessage, code, errMsg string) (string, error)
+}
+
+// Engine runs episodes.
+type Engine struct {
+	// Policy returns the policy for an episode's spec.
+	Policy func(spec schemas.PolicySpec) (Policy, error)
+	// Debugger serves the debug action; nil means the action is unavailable.
+	Debugger Debugger
+	// SystemAsUser folds the system prompt into the first user message.
+	SystemAsUser bool
+	Now          func() time.Time
+	Worker       string
+}
+
+// Step is what to publish after a state change: exactly one of Action and
+// Result is set.
+type Step struct {
+	Action *schemas.ActionRequest
+	Result *schemas.EpisodeResult
+}
+
+func (e *Engine) now() time.Time {
+	if e.Now != nil {
+		return e.Now()
+	}
+	return time.Now().UTC()
+}
+
+// Start begins an episode.
+func (e *Engine) Start(ctx context.Context, req schemas.EpisodeRequest) (schemas.EpisodeState, Step, error) {
+	st := schemas.EpisodeState{
+		Request:   req,
+		Messages:  agent.BuildMessages(req.Task, agent.PromptOptions{SystemAsUser: e.SystemAsUser, AllowAnswer: req.Options.EndOn != schemas.EndOnAccepted}),
+		StartedAt: e.now(),
+	}
+	return e.advance(ctx, st)
+}
+
+// ErrStale says an observation does not match the pending action.
+var ErrStale = errors.New("stale observation")
+
+// Continue folds obs into st and takes the next step. An observation for a
+// turn that is not pending returns ErrStale with the unchanged state; the
+// caller re-publishes st's pending message.
+func (e *Engine) Continue(ctx context.Context, st schemas.EpisodeState, obs schemas.Observation) (schemas.EpisodeState, Step, error) {
+	if st.Result != nil || st.PendingAction == nil || st.PendingAction.Ref.Turn != obs.Ref.Turn {
+		return st, Step{}, ErrStale
+	}
+	t := &st.Turns[obs.Ref.Turn]
+	r := obs.Result
+	t.Observation = agent.ObservationMessage(r, obs.Check, st.Request.Options.ShowVerdict)
+	t.ExecStatus, t.ExitCode, t.Stdout, t.Stderr = r.Status, r.ExitCode, r.Stdout, r.Stderr
+	t.Truncated, t.DurationMS = r.Truncated, r.DurationMS
+	if obs.Check != nil {
+		t.Accepted = obs.Check.Accepted
+	}
+	st.Messages = append(st.Messages, schemas.ChatMessage{Role: "user", Content: t.Observation})
+	st.PendingAction = nil
+	if r.Status == schemas.StatusSandboxError {
+		return e.finish(st, schemas.EndSandboxError, "", "sandbox failed: "+r.Message)
+	}
+	if obs.Check != nil && obs.Check.Accepted && st.Request.Options.EndOn != schemas.EndOnAnswer {
+		return e.finish(st, schemas.EndAccepted, obs.Check.Answer, "")
+	}
+	return e.advance(ctx, st)
+}
+
+// advance samples the policy until it yields an action for the sandbox or
+// the episode ends. Parse failures, answers and debug calls are handled
+// here without a sandbox round trip.
+func (e *Engine) advance(ctx context.Context, st schemas.EpisodeState) (schemas.EpisodeState, Step, error) {
+	req := st.Request
+	for {
+		if len(st.Turns) >= req.Options.MaxTurns {
+			if allParseErrors(st.Turns) {
+				return e.finish(st, schemas.EndFormatError, "", "no turn produced a valid action")
+			}
+			return e.finish(st, schemas.EndTurnLimit, lastAnswer(st.Turns), "")
+		}
+		if d := req.Options.EpisodeTimeoutSec; d > 0 && e.now().Sub(st.StartedAt) > time.Duration(d)*time.Second {
+			return e.finish(st, schemas.EndTimeout, lastAnswer(st.Turns), fmt.Sprintf("episode exceeded %ds", d))
+		}
+		pol, err := e.Policy(req.Policy)
+		if err != nil {
+			return e.finish(st, schemas.EndInfraFailure, "", err.Error())
+		}
+		c, err := pol.Complete(ctx, req, st.Messages)
+		if err != nil {
+			if ctx.Err() != nil {
+				return st, Step{}, fmt.Errorf("policy step %d: %w", len(st.Turns), ctx.Err())
+			}
+			return e.finish(st, schemas.EndInfraFailure, "", fmt.Sprintf("policy: %v", err))
+		}
+		idx := len(st.Turns)
+		t := schemas.Turn{
+			Index: idx, RawText: c.Text, Reasoning: c.Reasoning, FinishReason: c.FinishReason,
+			LLMLatencyMS: c.Latency.Milliseconds(), PromptTokens: c.PromptTokens, CompletionTokens: c.CompletionTokens,
+			PromptTokenIDs: c.PromptTokenIDs, CompletionTokenIDs: c.TokenIDs, CompletionLogprobs: c.Logprobs,
+		}
+		st.Messages = append(st.Messages, schemas.ChatMessage{Role: "assistant", Content: c.Text})
+		act, perr := agent.Parse(c.Text)
+		if perr != nil {
+			t.ParseError = perr.Error()
+			t.Observation = agent.ParseErrorMessage(perr)
+			st.Turns = append(st.Turns, t)
+			st.Messages = append(st.Messages, schemas.ChatMessage{Role: "user", Content: t.Observation})
+			continue
+		}
+		t.ActionName, t.ParamsJSON = act.Name, string(act.Params)
+		if !permitted(req.Task, act.Name) {
+			t.Observation = fmt.Sprintf("Error: the action %q is not permitted for this task; permitted actions: %s.",
+				act.Name, strings.Join(req.Task.PermittedActions, ", "))
+			t.ExecStatus = schemas.StatusError
+			st.Turns = append(st.Turns, t)
+			st.Messages = append(st.Messages, schemas.ChatMessage{Role: "user", Content: t.Observation})
+			continue
+		}
+		if repeated(st.Turns, act) {
+			switch req.Options.LoopGuard {
+			case "stop":
+				t.Observation = "Stopped: the same action was repeated."
+				st.Turns = append(st.Turns, t)
+				return e.finish(st, schemas.EndLoop, lastAnswer(st.Turns), "repeated identical action")
+			case "warn":
+				t.Observation = "You repeated your previous action with the same parameters; its result will not change. Try a different approach."
+				t.ExecStatus = schemas.StatusInfo
+				st.Turns = append(st.Turns, t)
+				st.Messages = append(st.Messages, schemas.ChatMessage{Role: "user", Content: t.Observation})
+				continue
+			}
+		}
+		switch act.Name {
+		case schemas.ActionAnswer:
+			st.Turns = append(st.Turns, t)
+			if req.Options.EndOn == schemas.EndOnAccepted {
+				st.Turns[idx].Observation = "Error: this run ends on an accepted code execution; the answer action is not available."
+				st.Messages = append(st.Messages, schemas.ChatMessage{Role: "user", Content: st.Turns[idx].Observation})
+				continue
+			}
+			return e.finish(st, schemas.EndAnswered, answerText(act.Params), "")
+		case schemas.ActionDebug:
+			t.Observation = e.debug(ctx, st, act)
+			t.ExecStatus = schemas.StatusInfo
+			st.Turns = append(st.Turns, t)
+			st.Messages = append(st.Messages, schemas.ChatMessage{Role: "user", Content: t.Observation})
+			continue
+		}
+		st.Turns = append(st.Turns, t)
+		ar := schemas.ActionRequest{
+			Ref: schemas.EpisodeRef{RunID: req.RunID, EpisodeID: req.EpisodeID, TaskID: req.Task.ID,
+				Dataset: req.Task.Dataset, Split: req.Task.Split, Turn: idx},
+			Action:       act,
+			Resources:    req.Task.Resources,
+			TimeoutSec:   req.Options.ActionTimeoutSec,
+			Check:        act.Name == schemas.ActionValidateCode && req.Options.EndOn != schemas.EndOnAnswer,
+			VerifierMode: req.Options.VerifierMode,
+			Replay:       replayable(st.Turns[:idx]),
+		}
+		st.PendingAction = &ar
+		return st, Step{Action: &ar}, nil
+	}
+}
+
+func (e *Engine) debug(ctx context.Context, st schemas.EpisodeState, act schemas.Action) string {
+	if e.Debugger == nil {
+		return "The debug action is not available in this run (no debugger model is configured). Please use validate_code."
+	}
+	var p struct {
+		Code     string `json:"code"`
+		ErrorMsg string `json:"error_msg"`
+	}
+	_ = jsonUnmarshal(act.Params, &p)
+	out, err := e.Debugger.Debug(ctx, st.Request, st.Messages, p.Code, p.ErrorMsg)
+	if err != nil {
+		return "The debugger model could not be reached: " + err.Error()
+	}
+	return out + "\nPlease then use validate_code action to validate the debugged code."
+}
+
+func (e *Engine) finish(st schemas.EpisodeState, why schemas.Termination, answer, msg string) (schemas.EpisodeState, Step, error) {
+	res := schemas.EpisodeResult{
+		Request: st.Request, Turns: st.Turns, Messages: st.Messages,
+		FinalAnswer: answer, Termination: why, Error: msg,
+		StartedAt: st.StartedAt, FinishedAt: e.now(), Worker: e.Worker,
+	}
+	st.PendingAction = nil
+	st.Result = &res
+	return st, Step{Result: &res}, nil
+}
+
+func permitted(t schemas.TaskView, name string) bool {
+	if len(t.PermittedActions) == 0 {
+		return true
+	}
+	for _, a := range t.PermittedActions {
+		if a == name {
+			return true
+		}
+	}
+	return false
+}
+
+// repeated reports whether act equals the previous turn's parsed action.
+func repeated(turns []schemas.Turn, act schemas.Action) bool {
+	if len(turns) == 0 {
+		return false
+	}
+	p := turns[len(turns)-1]
+	return p.ParseError == "" && p.ActionName == act.Name && bytes.Equal([]byte(p.ParamsJSON), act.Params)
+}
+
+func allParseErrors(turns []schemas.Turn) bool {
+	for _, t := range turns {
+		if t.ParseError == "" {
+			return false
+		}
+	}
+	return len(turns) > 0
+}
+
+// lastAnswer is the last non-empty stdout line of the last successful code run.
+func lastAnswer(turns []schemas.Turn) string {
+	for i := len(turns) - 1; i >= 0; i-- {
+		t := turns[i]
+		if t.ActionName == schemas.ActionValidateCode && t.ExecStatus == schemas.StatusOK {
+			lines := strings.Split(strings.TrimSpace(t.Stdout), "\n")
+			return strings.TrimSpace(lines[len(lines)-1])
+		}
+	}
+	return ""
+}
+
+// replayable lists earlier actions that may have changed the workspace.
+func replayable(turns []schemas.Turn) []schemas.Action {
+	var out []schemas.Action
+	for _, t := range turns {
+		if t.ParseError == "" && t.ExecStatus != schemas.StatusInfo &&
+			(t.ActionName == schemas.ActionValidateCode || t.ActionName == schemas.ActionTerminal) {
+			out = append(out, schemas.Action{Name: t.ActionName, Params: []byte(t.ParamsJSON)})
+		}
+	}
+	return out
+}

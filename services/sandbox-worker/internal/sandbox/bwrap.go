@@ -1,0 +1,384 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// sandboxUID is the unprivileged uid agent code runs as, inside the
+// sandbox and (when the worker is root) on the host too.
+const sandboxUID = 65534
+
+// In-sandbox paths of medgym's own files.
+const (
+	bootPath     = "/tmp/.medgym/boot.py"
+	codeFilePath = "/tmp/main.py"
+)
+
+var (
+	errTimeout = errors.New("wall-clock timeout")
+	errFlood   = errors.New("output limit exceeded")
+)
+
+// mount is a read-only bind of a host path into the sandbox.
+type mount struct{ host, inside string }
+
+// runSpec is one program to run in an episode's workspace.
+type runSpec struct {
+	episode   string
+	workspace string // host path of the workspace
+	mounts    []mount
+	shell     bool   // code is a /bin/sh command line
+	code      string // Python source or shell command
+	timeout   time.Duration
+}
+
+// runOutput is what a run produced, before it is turned into an ExecResult.
+type runOutput struct {
+	exitCode  int
+	signal    syscall.Signal
+	stdout    string
+	stderr    string
+	truncated bool
+	duration  time.Duration
+	peak      int64
+	timedOut  bool // wall clock
+	oom       bool
+	pidsHit   bool
+	flood     bool
+}
+
+// runner is one backend's way of running code.
+type runner interface {
+	// prepare creates the workspace of a new episode at path.
+	prepare(episode, path string) error
+	// run executes spec; an error means the sandbox failed, not the code.
+	run(ctx context.Context, spec runSpec) (runOutput, error)
+	// release stops whatever the backend keeps for an episode.
+	release(episode string)
+	// reap removes backend resources of episodes that are not live.
+	reap(live func(string) bool) (int, error)
+	close() error
+}
+
+// bwrapBase holds what every bubblewrap-based runner shares.
+type bwrapBase struct {
+	bwrap    string
+	python   string
+	meta     string // host dir with boot.py, passwd, group
+	limits   Limits
+	cg       *cgroupParent // nil: rlimits only
+	asRoot   bool          // worker is root: drop to sandboxUID on the host too
+	seq      atomic.Int64
+	hostUID  int
+	overhead int64 // extra cgroup memory for the interpreter itself
+}
+
+// sandboxEnv is the complete environment of agent code.
+func sandboxEnv() []string {
+	return []string{
+		"PATH=/usr/local/bin:/usr/bin:/bin",
+		"HOME=" + WorkDir,
+		"USER=nobody",
+		"LANG=C.UTF-8",
+		"LC_ALL=C.UTF-8",
+		"TMPDIR=/tmp",
+		"PYTHONDONTWRITEBYTECODE=1",
+		"PYTHONPATH=" + WorkDir,
+		"PYTHONHASHSEED=0",
+		"OPENBLAS_NUM_THREADS=1",
+		"OMP_NUM_THREADS=1",
+		"MKL_NUM_THREADS=1",
+		"MPLBACKEND=Agg",
+	}
+}
+
+// args builds bwrap's arguments up to (not including) the command.
+func (b *bwrapBase) args(workspace string, mounts []mount) []string {
+	a := []string{
+		"--unshare-all", "--unshare-user", "--uid", strconv.Itoa(sandboxUID), "--gid", strconv.Itoa(sandboxUID),
+		"--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+		"--ro-bind", "/usr", "/usr",
+		"--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
+		"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+		"--ro-bind-try", "/etc/alternatives", "/etc/alternatives",
+		"--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
+		"--ro-bind", filepath.Join(b.meta, "passwd"), "/etc/passwd",
+		"--ro-bind", filepath.Join(b.meta, "group"), "/etc/group",
+		"--proc", "/proc", "--dev", "/dev",
+		"--tmpfs", "/tmp",
+		"--ro-bind", filepath.Join(b.meta, "boot.py"), bootPath,
+		"--bind", workspace, WorkDir,
+	}
+	for _, m := range mounts {
+		a = append(a, "--ro-bind", m.host, m.inside)
+	}
+	a = append(a, "--chdir", WorkDir, "--remount-ro", "/", "--clearenv")
+	for _, kv := range sandboxEnv() {
+		k, v, _ := strings.Cut(kv, "=")
+		a = append(a, "--setenv", k, v)
+	}
+	return a
+}
+
+// rlimitScript is a /bin/sh prologue that sets rlimits, waits on fd 3 until
+// the worker has put it into its cgroups, then execs "$@".
+func rlimitScript(cpu int, fsize int64, data int64, nproc, nofile int) string {
+	var s strings.Builder
+	if cpu > 0 {
+		fmt.Fprintf(&s, "ulimit -t %d && ", cpu)
+	}
+	fmt.Fprintf(&s, "ulimit -f %d && ", (fsize+511)/512)
+	if data > 0 {
+		fmt.Fprintf(&s, "ulimit -d %d && ", data/1024)
+	}
+	fmt.Fprintf(&s, "ulimit -p %d && ulimit -n %d && ulimit -c 0 && ", nproc, nofile)
+	s.WriteString(`read _ <&3 && exec 3<&- && exec "$@"`)
+	return s.String()
+}
+
+// nproc is the rlimit backstop for processes; it counts all processes of
+// the host uid, so it is loose when a pids cgroup does the real limiting.
+func (b *bwrapBase) nproc() int {
+	if b.cg != nil {
+		return b.limits.Pids*4 + 256
+	}
+	return b.limits.Pids
+}
+
+// started is a launched bwrap process waiting in its prologue.
+type started struct {
+	cmd    *exec.Cmd
+	cg     *cgroup
+	status *os.File // read end of bwrap's --json-status-fd
+}
+
+// start launches `sh -c prologue sh bwrap ARGS... CMD...` with the given
+// extra files (fd 4 on) and joins it to a new cgroup before releasing it.
+func (b *bwrapBase) start(name string, script string, bargs, command []string, stdout, stderr io.Writer, extra []*os.File, cgExtraMem int64) (*started, error) {
+	syncR, syncW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox start: %w", err)
+	}
+	defer syncR.Close()
+	defer syncW.Close()
+	statR, statW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox start: %w", err)
+	}
+	defer statW.Close()
+	files := append([]*os.File{syncR, statW}, extra...)
+	full := append([]string{"-c", script, "sh", b.bwrap, "--json-status-fd", "4"}, bargs...)
+	full = append(full, command...)
+	cmd := exec.Command("/bin/sh", full...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.ExtraFiles = files
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if b.asRoot {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: sandboxUID, Gid: sandboxUID, Groups: []uint32{}}
+	}
+	var cg *cgroup
+	if b.cg != nil {
+		cg, err = b.cg.create(name, b.limits, cgExtraMem)
+		if err != nil {
+			statR.Close()
+			return nil, err
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		statR.Close()
+		cg.destroy()
+		return nil, fmt.Errorf("sandbox start: %w", err)
+	}
+	if cg != nil {
+		if err := cg.join(cmd.Process.Pid); err != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = cmd.Wait()
+			statR.Close()
+			cg.destroy()
+			return nil, err
+		}
+	}
+	if _, err := syncW.Write([]byte("go\n")); err != nil {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		statR.Close()
+		cg.destroy()
+		return nil, fmt.Errorf("sandbox start: %w", err)
+	}
+	return &started{cmd: cmd, cg: cg, status: statR}, nil
+}
+
+// kill stops the whole sandbox: the process group outside, and through
+// the cgroup (or the pid namespace dying with its init) everything inside.
+func (s *started) kill() {
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	s.cg.killAll()
+}
+
+// readStatus parses bwrap's JSON status stream: whether the child was
+// started at all, and the child's exit code.
+func readStatus(r io.Reader) (childStarted bool, exit int, haveExit bool) {
+	dec := json.NewDecoder(r)
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			return
+		}
+		if _, ok := m["child-pid"]; ok {
+			childStarted = true
+		}
+		if v, ok := m["exit-code"].(float64); ok {
+			exit, haveExit = int(v), true
+		}
+	}
+}
+
+// coldRunner runs each action in a fresh bwrap + interpreter.
+type coldRunner struct{ *bwrapBase }
+
+func (c *coldRunner) prepare(_, path string) error { return makeWorkspace(path, c.asRoot) }
+func (c *coldRunner) release(string)               {}
+func (c *coldRunner) reap(func(string) bool) (int, error) {
+	return 0, nil
+}
+func (c *coldRunner) close() error { return nil }
+
+// makeWorkspace creates a workspace owned by the sandbox user.
+func makeWorkspace(path string, asRoot bool) error {
+	if err := os.Mkdir(path, 0o700); err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	if asRoot {
+		if err := os.Chown(path, sandboxUID, sandboxUID); err != nil {
+			return fmt.Errorf("workspace: %w", err)
+		}
+	}
+	return nil
+}
+
+func (c *coldRunner) run(ctx context.Context, spec runSpec) (runOutput, error) {
+	var out runOutput
+	n := c.seq.Add(1)
+	name := fmt.Sprintf("run-%d", n)
+	bargs := c.args(spec.workspace, spec.mounts)
+	var command []string
+	var extra []*os.File
+	if spec.shell {
+		command = []string{"/bin/sh", "-c", spec.code}
+	} else {
+		f, err := os.CreateTemp(c.meta, "code-*.py")
+		if err != nil {
+			return out, fmt.Errorf("sandbox code file: %w", err)
+		}
+		defer os.Remove(f.Name())
+		_, werr := f.WriteString(spec.code)
+		cerr := f.Close()
+		if err := errors.Join(werr, cerr, os.Chmod(f.Name(), 0o644)); err != nil {
+			return out, fmt.Errorf("sandbox code file: %w", err)
+		}
+		bargs = append(bargs, "--ro-bind", f.Name(), codeFilePath)
+		command = []string{c.python, "-s", bootPath, "run", codeFilePath}
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, spec.timeout, errTimeout)
+	defer cancel()
+	ctx, cancelFlood := context.WithCancelCause(ctx)
+	defer cancelFlood(nil)
+	hard := int64(c.limits.OutputBytes) * 64
+	stdout := newCapBuffer(c.limits.OutputBytes, hard, func() { cancelFlood(errFlood) })
+	stderr := newCapBuffer(c.limits.OutputBytes, hard, func() { cancelFlood(errFlood) })
+	script := rlimitScript(c.limits.CPUSeconds, c.limits.FileSizeBytes, c.limits.MemoryBytes, c.nproc(), c.limits.NoFile)
+	begin := time.Now()
+	st, err := c.start(name, script, bargs, command, stdout, stderr, extra, c.overhead)
+	if err != nil {
+		return out, err
+	}
+	defer st.cg.destroy()
+	statusCh := make(chan [3]int, 1)
+	go func() {
+		started, code, have := readStatus(st.status)
+		st.status.Close()
+		statusCh <- [3]int{b2i(started), code, b2i(have)}
+	}()
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- st.cmd.Wait() }()
+	var werr error
+	select {
+	case werr = <-waitErr:
+	case <-ctx.Done():
+		st.kill()
+		werr = <-waitErr
+	}
+	out.duration = time.Since(begin)
+	st.kill() // nothing may outlive the run
+	status := <-statusCh
+	switch context.Cause(ctx) {
+	case errTimeout:
+		out.timedOut = true
+	case errFlood:
+		out.flood = true
+	default:
+		if ctx.Err() != nil {
+			return out, fmt.Errorf("run canceled: %w", context.Cause(ctx))
+		}
+	}
+	out.stdout, out.truncated = stdout.result()
+	var tr bool
+	out.stderr, tr = stderr.result()
+	out.truncated = out.truncated || tr
+	if st.cg != nil {
+		out.peak = st.cg.peak()
+		out.oom = st.cg.oomKilled()
+		out.pidsHit = st.cg.pidsHit()
+	}
+	if out.timedOut || out.flood {
+		out.exitCode, out.signal = -1, syscall.SIGKILL
+		return out, nil
+	}
+	if status[0] == 0 {
+		// bwrap never started the child: the sandbox failed, not the code.
+		msg := strings.TrimSpace(out.stderr)
+		if msg == "" && werr != nil {
+			msg = werr.Error()
+		}
+		return out, fmt.Errorf("bwrap failed: %s", msg)
+	}
+	code := status[1]
+	if status[2] == 0 {
+		var ee *exec.ExitError
+		if errors.As(werr, &ee) {
+			code = ee.ExitCode()
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				code = 128 + int(ws.Signal())
+			}
+		} else if werr != nil {
+			return out, fmt.Errorf("sandbox wait: %w", werr)
+		}
+	}
+	if code > 128 && code < 128+65 {
+		out.exitCode, out.signal = -1, syscall.Signal(code-128)
+	} else {
+		out.exitCode = code
+	}
+	return out, nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

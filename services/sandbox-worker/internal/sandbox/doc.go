@@ -1,0 +1,18 @@
+// Package sandbox runs agent actions (validate_code, terminal,
+// request_info) in an isolated, per-episode workspace.
+//
+// Agent code is treated as hostile. Every run happens inside bubblewrap
+// with new user/pid/net/ipc/uts/mount/cgroup namespaces, as uid 65534, with
+// all capabilities dropped, a read-only minimal root (only /usr and the few
+// /etc files Python needs), read-only task data under /data, and the
+// episode's workspace as the only writable directory (WorkDir). Limits are
+// applied twice: rlimits (CPU, data, nproc, fsize, nofile) and, when the v1
+// cgroup hierarchy is writable, a per-run (or per warm server) cgroup with
+// memory, pids and CPU quota. Output is read through capped buffers.
+//
+// Three backends implement the same contract: "bwrap" (a cold interpreter
+// per run), "bwrap" with Config.Warm > 0 (a per-episode fork server that
+// has pandas, numpy, scipy and sklearn imported, inside the same
+// isolation), and "docker" (a container per run via the Docker engine API).
+// See SANDBOX.md in the module root for the design and measured numbers.
+package sandbox

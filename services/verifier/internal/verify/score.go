@@ -1,0 +1,128 @@
+package verify
+
+import (
+	"fmt"
+
+	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/tasks"
+)
+
+// Options configure Score.
+type Options struct {
+	// Mode is the rule set ("" is Strict).
+	Mode Mode
+	// FormatReward is added to the reward of every scored episode whose turns
+	// all parsed (the paper's GRPO reward: correctness + format). 0 is off.
+	// Excluded outcomes always get 0.
+	FormatReward float64
+}
+
+// Score turns a finished episode into its typed outcome, its reward and a
+// verdict. It re-checks the final answer (or the accepted execution) itself
+// and never trusts the worker's Accepted flag. See doc.go for the table.
+func Score(opt Options, truth tasks.Truth, res schemas.EpisodeResult) (outcome schemas.Outcome, reward float64, verdict string) {
+	outcome, verdict = classify(opt.Mode, truth, res)
+	if Excluded(outcome) {
+		return outcome, 0, verdict
+	}
+	if outcome == schemas.OutcomeCorrect {
+		reward = 1
+	}
+	if opt.FormatReward != 0 && allParsed(res.Turns) {
+		reward += opt.FormatReward
+		verdict += fmt.Sprintf("; format reward %s (every turn parsed)", fmtNum(opt.FormatReward))
+	}
+	return outcome, reward, verdict
+}
+
+// Excluded reports whether an outcome is left out of success rates and RL
+// rewards by default: infra_failure, which is never the model's fault.
+func Excluded(o schemas.Outcome) bool { return o == schemas.OutcomeInfraFailure }
+
+func classify(mode Mode, truth tasks.Truth, res schemas.EpisodeResult) (schemas.Outcome, string) {
+	if mode != "" && mode != Strict && mode != Upstream {
+		return schemas.OutcomeInfraFailure, fmt.Sprintf("unknown verifier mode %q", mode)
+	}
+	dataset := res.Request.Task.Dataset
+	switch t := res.Termination; t {
+	case schemas.EndAccepted:
+		turn, ok := acceptedTurn(res.Turns)
+		if !ok {
+			return schemas.OutcomeIncorrect, "accepted by the worker, but the episode has no code execution to re-check"
+		}
+		c := CheckOutput(mode, dataset, truth, execOf(turn))
+		if c.Accepted {
+			return schemas.OutcomeCorrect, fmt.Sprintf("turn %d re-checked: %s", turn.Index, c.Verdict)
+		}
+		return schemas.OutcomeIncorrect, fmt.Sprintf("accepted by the worker, but turn %d fails the re-check: %s", turn.Index, c.Verdict)
+	case schemas.EndAnswered:
+		c := CheckAnswer(mode, dataset, truth, res.FinalAnswer)
+		if c.Accepted {
+			return schemas.OutcomeCorrect, "final answer: " + c.Verdict
+		}
+		return schemas.OutcomeIncorrect, "final answer: " + c.Verdict
+	case schemas.EndTurnLimit:
+		if res.FinalAnswer != "" {
+			if c := CheckAnswer(mode, dataset, truth, res.FinalAnswer); c.Accepted {
+				return schemas.OutcomeCorrect, "turn limit reached, but the final answer is correct: " + c.Verdict
+			}
+		}
+		return schemas.OutcomeTurnLimit, "turn limit reached without a correct answer"
+	case schemas.EndLoop:
+		return schemas.OutcomeLoop, "stopped by the loop guard"
+	case schemas.EndFormatError:
+		return schemas.OutcomeFormatError, "no parsable action"
+	case schemas.EndTimeout:
+		return schemas.OutcomeTimeout, "episode wall clock exceeded"
+	case schemas.EndSandboxError:
+		return schemas.OutcomeSandboxError, "the sandbox failed: " + res.Error
+	case schemas.EndInfraFailure:
+		return schemas.OutcomeInfraFailure, "infrastructure failure: " + res.Error
+	default:
+		return schemas.OutcomeInfraFailure, fmt.Sprintf("unknown termination %q", t)
+	}
+}
+
+// acceptedTurn finds the execution to re-check for an accepted episode: the
+// last turn the worker flagged, else the last turn that ran code.
+func acceptedTurn(turns []schemas.Turn) (schemas.Turn, bool) {
+	for i := len(turns) - 1; i >= 0; i-- {
+		if turns[i].Accepted && ranCode(turns[i]) {
+			return turns[i], true
+		}
+	}
+	for i := len(turns) - 1; i >= 0; i-- {
+		if ranCode(turns[i]) {
+			return turns[i], true
+		}
+	}
+	return schemas.Turn{}, false
+}
+
+func ranCode(t schemas.Turn) bool {
+	return t.ExecStatus != "" && t.ExecStatus != schemas.StatusInfo && t.ActionName != schemas.ActionAnswer
+}
+
+func execOf(t schemas.Turn) schemas.ExecResult {
+	return schemas.ExecResult{
+		Status:     t.ExecStatus,
+		ExitCode:   t.ExitCode,
+		Stdout:     t.Stdout,
+		Stderr:     t.Stderr,
+		Truncated:  t.Truncated,
+		DurationMS: t.DurationMS,
+		Message:    t.Observation,
+	}
+}
+
+func allParsed(turns []schemas.Turn) bool {
+	if len(turns) == 0 {
+		return false
+	}
+	for _, t := range turns {
+		if t.ParseError != "" {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,273 @@
+package verify
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/tasks"
+)
+
+// Strict rules: medgym's default. The answer comes from stdout only, a run
+// that did not exit cleanly is never accepted, and values are compared by
+// type (see doc.go for the accepted formats).
+
+// Default numeric tolerance when a truth has neither bounds nor a Tolerance.
+const (
+	defaultRelTol = 1e-6
+	absTol        = 1e-9
+)
+
+// strictOutput checks one execution under the strict rules.
+func strictOutput(truth tasks.Truth, res schemas.ExecResult) (answer string, ok bool, verdict string) {
+	if res.Status != schemas.StatusOK || res.ExitCode != 0 {
+		return "", false, fmt.Sprintf("rejected: the run ended with status %q (exit code %d); strict mode accepts only a clean exit", res.Status, res.ExitCode)
+	}
+	return strictText(truth, res.Stdout, "stdout (stderr is never read)")
+}
+
+// strictText extracts the answer from text (stdout or an explicit answer)
+// and checks it.
+func strictText(truth tasks.Truth, text, what string) (answer string, ok bool, verdict string) {
+	if answerType(truth) == schemas.AnswerList {
+		answer = strings.TrimSpace(text)
+	} else {
+		answer = lastLine(text)
+	}
+	if answer == "" {
+		return "", false, "rejected: nothing on " + what
+	}
+	ok, verdict = strictValue(truth, answer)
+	return answer, ok, verdict
+}
+
+// answerType is truth.Type, or when empty: list if Values are set, number if
+// the answer is a plain number, else string.
+func answerType(truth tasks.Truth) schemas.AnswerType {
+	switch {
+	case truth.Type != "":
+		return truth.Type
+	case len(truth.Values) > 0:
+		return schemas.AnswerList
+	}
+	if _, err := parsePlainNumber(truth.Answer); err == nil {
+		return schemas.AnswerNumber
+	}
+	return schemas.AnswerString
+}
+
+// strictValue compares an extracted answer with the truth.
+func strictValue(truth tasks.Truth, got string) (bool, string) {
+	switch t := answerType(truth); t {
+	case schemas.AnswerNumber:
+		return checkNumber(truth, got)
+	case schemas.AnswerInteger:
+		return checkInteger(truth, got)
+	case schemas.AnswerDate:
+		return checkDate(truth, got)
+	case schemas.AnswerTuple:
+		return checkTuple(truth, got)
+	case schemas.AnswerBoolean:
+		return checkBool(truth, got)
+	case schemas.AnswerString:
+		if normString(got) == normString(truth.Answer) {
+			return true, fmt.Sprintf("accepted: %q matches %q (case and spacing ignored)", got, truth.Answer)
+		}
+		return false, fmt.Sprintf("rejected: %q does not match %q", got, truth.Answer)
+	case schemas.AnswerList:
+		return checkList(truth, got)
+	default:
+		return false, fmt.Sprintf("rejected: unknown answer type %q in the task's truth", t)
+	}
+}
+
+func fmtNum(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+func relTol(truth tasks.Truth) float64 {
+	if truth.Tolerance > 0 {
+		return truth.Tolerance
+	}
+	return defaultRelTol
+}
+
+// closeEnough reports |got-want| ≤ rel·|want| + 1e-9.
+func closeEnough(got, want, rel float64) bool {
+	return math.Abs(got-want) <= rel*math.Abs(want)+absTol
+}
+
+func checkNumber(truth tasks.Truth, got string) (bool, string) {
+	v, err := parseNumber(got)
+	if err != nil {
+		return false, "rejected: " + err.Error()
+	}
+	if truth.Lower != nil || truth.Upper != nil {
+		lo, hi := math.Inf(-1), math.Inf(1)
+		if truth.Lower != nil {
+			lo = *truth.Lower
+		}
+		if truth.Upper != nil {
+			hi = *truth.Upper
+		}
+		if lo <= v && v <= hi {
+			return true, fmt.Sprintf("accepted: %s is within [%s, %s]", fmtNum(v), fmtNum(lo), fmtNum(hi))
+		}
+		return false, fmt.Sprintf("rejected: %s is outside [%s, %s]", fmtNum(v), fmtNum(lo), fmtNum(hi))
+	}
+	want, err := parseNumber(truth.Answer)
+	if err != nil {
+		return false, "rejected: the task's truth is not a number: " + err.Error()
+	}
+	rel := relTol(truth)
+	if closeEnough(v, want, rel) {
+		return true, fmt.Sprintf("accepted: %s equals %s (relative tolerance %s)", fmtNum(v), fmtNum(want), fmtNum(rel))
+	}
+	return false, fmt.Sprintf("rejected: %s differs from %s (relative tolerance %s)", fmtNum(v), fmtNum(want), fmtNum(rel))
+}
+
+// checkInteger applies MedCalc-Bench's rule round(answer) == truth, with
+// Python's round (half to even).
+func checkInteger(truth tasks.Truth, got string) (bool, string) {
+	v, err := parseNumber(got)
+	if err != nil {
+		return false, "rejected: " + err.Error()
+	}
+	want, err := parseNumber(truth.Answer)
+	if err != nil {
+		return false, "rejected: the task's truth is not a number: " + err.Error()
+	}
+	r := math.RoundToEven(v)
+	if r == want {
+		return true, fmt.Sprintf("accepted: round(%s) = %s equals %s", fmtNum(v), fmtNum(r), fmtNum(want))
+	}
+	return false, fmt.Sprintf("rejected: round(%s) = %s differs from %s", fmtNum(v), fmtNum(r), fmtNum(want))
+}
+
+func checkDate(truth tasks.Truth, got string) (bool, string) {
+	d, err := parseDate(got)
+	if err != nil {
+		return false, "rejected: " + err.Error()
+	}
+	want, err := parseDate(truth.Answer)
+	if err != nil {
+		return false, "rejected: the task's truth is not a date: " + err.Error()
+	}
+	if d.Equal(want) {
+		return true, fmt.Sprintf("accepted: %s is %s", got, want.Format("01/02/2006"))
+	}
+	return false, fmt.Sprintf("rejected: %s is not %s", d.Format("01/02/2006"), want.Format("01/02/2006"))
+}
+
+func checkTuple(truth tasks.Truth, got string) (bool, string) {
+	g, err := parseTuple(got)
+	if err != nil {
+		return false, "rejected: " + err.Error()
+	}
+	want, err := parseTuple(truth.Answer)
+	if err != nil {
+		return false, "rejected: the task's truth is not a (weeks, days) pair: " + err.Error()
+	}
+	if g == want {
+		return true, fmt.Sprintf("accepted: (%d weeks, %d days)", g.weeks, g.days)
+	}
+	return false, fmt.Sprintf("rejected: (%d weeks, %d days) is not (%d weeks, %d days)", g.weeks, g.days, want.weeks, want.days)
+}
+
+func checkBool(truth tasks.Truth, got string) (bool, string) {
+	g, err := parseBool(got)
+	if err != nil {
+		return false, "rejected: " + err.Error()
+	}
+	want, err := parseBool(truth.Answer)
+	if err != nil {
+		return false, "rejected: the task's truth is not a boolean: " + err.Error()
+	}
+	if g == want {
+		return true, fmt.Sprintf("accepted: %t", g)
+	}
+	return false, fmt.Sprintf("rejected: %t is not %t", g, want)
+}
+
+func checkList(truth tasks.Truth, got string) (bool, string) {
+	gold := truth.Values
+	if len(gold) == 0 {
+		var err error
+		if gold, err = parseList(truth.Answer); err != nil {
+			return false, "rejected: the task's truth is not a list: " + err.Error()
+		}
+	}
+	pred, err := parseList(got)
+	if err != nil {
+		return false, "rejected: " + err.Error()
+	}
+	if len(pred) != len(gold) {
+		return false, fmt.Sprintf("rejected: %d values, want %d", len(pred), len(gold))
+	}
+	rel := relTol(truth)
+	if truth.Ordered {
+		for i := range gold {
+			if !elemEqual(pred[i], gold[i], rel) {
+				return false, fmt.Sprintf("rejected: value %d is %q, want %q (order matters)", i+1, pred[i], gold[i])
+			}
+		}
+		return true, fmt.Sprintf("accepted: all %d values match in order", len(gold))
+	}
+	// Sorting both sides puts matching elements at the same index: numbers
+	// first by value, then normalised strings. For a tolerance this small the
+	// sorted pairing finds a match whenever one exists.
+	ps, gs := sortedElems(pred), sortedElems(gold)
+	for i := range gs {
+		if !elemEqual(ps[i], gs[i], rel) {
+			return false, fmt.Sprintf("rejected: values differ as a multiset (first difference: %q vs %q)", ps[i], gs[i])
+		}
+	}
+	return true, fmt.Sprintf("accepted: all %d values match (any order)", len(gold))
+}
+
+// elemEqual compares list elements: numerically when both are plain
+// numbers, else as normalised strings.
+func elemEqual(got, want string, rel float64) bool {
+	g, gerr := parsePlainNumber(got)
+	w, werr := parsePlainNumber(want)
+	if gerr == nil && werr == nil {
+		return closeEnough(g, w, rel)
+	}
+	return normString(got) == normString(want)
+}
+
+func sortedElems(in []string) []string {
+	type key struct {
+		num   bool
+		v     float64
+		s, rw string
+	}
+	keys := make([]key, len(in))
+	for i, s := range in {
+		v, err := parsePlainNumber(s)
+		keys[i] = key{num: err == nil, v: v, s: normString(s), rw: s}
+	}
+	slices.SortStableFunc(keys, func(a, b key) int {
+		switch {
+		case a.num && !b.num:
+			return -1
+		case !a.num && b.num:
+			return 1
+		case a.num:
+			if a.v < b.v {
+				return -1
+			}
+			if a.v > b.v {
+				return 1
+			}
+			return 0
+		}
+		return strings.Compare(a.s, b.s)
+	})
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = k.rw
+	}
+	return out
+}

@@ -1,0 +1,7 @@
+module github.com/medgym/medgym/tasks
+
+go 1.26.8
+
+require github.com/medgym/medgym/schemas v0.0.0-00010101000000-000000000000
+
+replace github.com/medgym/medgym/schemas => ../schemas

@@ -1,0 +1,100 @@
+package tasks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/medgym/medgym/schemas"
+)
+
+// Truth is a task's ground truth, as the verifier needs it.
+type Truth struct {
+	Type schemas.AnswerType `json:"type"`
+	// Answer is the canonical answer text (e.g. "25.238", "03/14/2021",
+	// "(4, 2)", "true", or a JSON list for AnswerList).
+	Answer string `json:"answer"`
+	// Lower and Upper bound an accepted numeric answer (inclusive), when set.
+	Lower *float64 `json:"lower,omitempty"`
+	Upper *float64 `json:"upper,omitempty"`
+	// Tolerance is a relative tolerance for numbers when no bounds are set.
+	Tolerance float64 `json:"tolerance,omitempty"`
+	// Ordered says whether list order matters (AnswerList).
+	Ordered bool `json:"ordered,omitempty"`
+	// Values holds list answers (AnswerList) or upstream's gold list.
+	Values []string `json:"values,omitempty"`
+	// Extra carries dataset-specific fields used by upstream-compat rules.
+	Extra map[string]string `json:"extra,omitempty"`
+}
+
+// Task is one task instance.
+type Task struct {
+	View  schemas.TaskView `json:"view"`
+	Truth Truth            `json:"truth"`
+	// Reference is Python code that solves the task from the data the agent
+	// sees; the reference policy runs it through the sandbox.
+	Reference string `json:"reference"`
+}
+
+// Source says where tasks come from.
+type Source struct {
+	Dataset string
+	Split   string
+	// DataRoot is the shared data directory (e.g. ../shared/data).
+	DataRoot string
+	// TasksDir, when set, is an upstream MedAgentGym data directory.
+	TasksDir string
+}
+
+// ErrUnknownDataset is returned for a dataset name no loader knows.
+var ErrUnknownDataset = errors.New("unknown dataset")
+
+// Loader loads one dataset's tasks for a split.
+type Loader func(ctx context.Context, src Source) ([]Task, error)
+
+// loaders lists the built-in datasets explicitly.
+var loaders = map[string]Loader{
+	MedCalcDataset: loadMedCalc,
+}
+
+// Register adds a built-in dataset loader. It is called from this package's
+// dataset files only (no init side effects elsewhere).
+func register(name string, l Loader) { loaders[name] = l }
+
+// Datasets lists the built-in dataset names.
+func Datasets() []string {
+	out := make([]string, 0, len(loaders))
+	for k := range loaders {
+		out = append(out, k)
+	}
+	sortStrings(out)
+	return out
+}
+
+// Load returns the tasks of src, in a stable order.
+func Load(ctx context.Context, src Source) ([]Task, error) {
+	if src.TasksDir != "" {
+		return LoadUpstream(ctx, src)
+	}
+	l, ok := loaders[src.Dataset]
+	if !ok {
+		return nil, fmt.Errorf("load tasks: %w %q (built-in: %v)", ErrUnknownDataset, src.Dataset, Datasets())
+	}
+	ts, err := l(ctx, src)
+	if err != nil {
+		return nil, fmt.Errorf("load tasks %s/%s: %w", src.Dataset, src.Split, err)
+	}
+	return ts, nil
+}
+
+// Index maps task id to task for fast lookup by the verifier.
+type Index map[string]*Task
+
+// NewIndex builds an index over ts.
+func NewIndex(ts []Task) Index {
+	ix := make(Index, len(ts))
+	for i := range ts {
+		ix[ts[i].View.ID] = &ts[i]
+	}
+	return ix
+}

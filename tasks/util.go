@@ -1,0 +1,5 @@
+package tasks
+
+import "sort"
+
+func sortStrings(s []string) { sort.Strings(s) }
