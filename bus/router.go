@@ -57,7 +57,7 @@ func NewRouter(conn *Conn, log *slog.Logger) (*Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("poison queue: %w", err)
 	}
-	r.AddMiddleware(middleware.Recoverer, rt.logOnce, poison)
+	r.AddMiddleware(middleware.Recoverer, poison, rt.logOnce)
 	return rt, nil
 }
 
@@ -88,7 +88,7 @@ func Handle[In schemas.Validator](rt *Router, name string, o HandlerOptions, h f
 		}
 		stop := rt.keepAlive(msg.UUID, o.AckWait)
 		defer stop()
-		return h(msg.Context(), in)
+		return h(context.WithValue(msg.Context(), metadataKey{}, map[string]string(msg.Metadata)), in)
 	}
 	for i := range o.Concurrency {
 		sub, err := wjs.NewSubscriber(wjs.SubscriberConfig{
@@ -210,4 +210,13 @@ func (b backoff) WaitTime(n uint64) time.Duration {
 		d *= 2
 	}
 	return min(d, b.max)
+}
+
+type metadataKey struct{}
+
+// Metadata returns the message headers of the message being handled (for
+// dead letters: HeaderDeadReason and HeaderDeadSubject).
+func Metadata(ctx context.Context) map[string]string {
+	md, _ := ctx.Value(metadataKey{}).(map[string]string)
+	return md
 }

@@ -3,7 +3,9 @@ module github.com/medgym/medgym/services/verifier
 go 1.26.8
 
 require (
+	github.com/medgym/medgym/bus v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/schemas v0.0.0-00010101000000-000000000000
+	github.com/medgym/medgym/store v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/tasks v0.0.0-00010101000000-000000000000
 )
 
@@ -11,3 +13,7 @@ replace (
 	github.com/medgym/medgym/schemas => ../../schemas
 	github.com/medgym/medgym/tasks => ../../tasks
 )
+
+replace github.com/medgym/medgym/bus => ../../bus
+
+replace github.com/medgym/medgym/store => ../../store

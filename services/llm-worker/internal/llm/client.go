@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -232,6 +233,10 @@ func (c *Client) attempt(ctx context.Context, body []byte) (Completion, *failure
 	resp, err := c.http.Do(hreq)
 	if err != nil {
 		msg := err.Error()
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			msg = ue.Err.Error() // the endpoint is named by the caller's message
+		}
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			msg = fmt.Sprintf("no answer within %s", c.cfg.Timeout)
 		}

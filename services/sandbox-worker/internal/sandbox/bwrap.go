@@ -62,7 +62,7 @@ type runOutput struct {
 // runner is one backend's way of running code.
 type runner interface {
 	// prepare creates the workspace of a new episode at path.
-	prepare(episode, path string) error
+	prepare(episode, path string, mounts []mount) error
 	// run executes spec; an error means the sandbox failed, not the code.
 	run(ctx context.Context, spec runSpec) (runOutput, error)
 	// release stops whatever the backend keeps for an episode.
@@ -250,8 +250,8 @@ func readStatus(r io.Reader) (childStarted bool, exit int, haveExit bool) {
 // coldRunner runs each action in a fresh bwrap + interpreter.
 type coldRunner struct{ *bwrapBase }
 
-func (c *coldRunner) prepare(_, path string) error { return makeWorkspace(path, c.asRoot) }
-func (c *coldRunner) release(string)               {}
+func (c *coldRunner) prepare(_, path string, _ []mount) error { return makeWorkspace(path, c.asRoot) }
+func (c *coldRunner) release(string)                          {}
 func (c *coldRunner) reap(func(string) bool) (int, error) {
 	return 0, nil
 }

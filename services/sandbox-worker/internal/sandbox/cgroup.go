@@ -8,12 +8,16 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
 
 // cgroupRoot is the v1 hierarchy mount point.
 const cgroupRoot = "/sys/fs/cgroup"
+
+// parentSeq tells apart several sandboxes of one process.
+var parentSeq atomic.Int64
 
 // cgroupParent holds this worker's own v1 cgroups (memory, pids, cpu),
 // created under the cgroups the worker already sits in (never moving the
@@ -41,7 +45,7 @@ func detectCgroups() (*cgroupParent, error) {
 			cur[c] = parts[2]
 		}
 	}
-	name := fmt.Sprintf("medgym-%d", os.Getpid())
+	name := fmt.Sprintf("medgym-%d-%d", os.Getpid(), parentSeq.Add(1))
 	p := &cgroupParent{}
 	for _, c := range []struct {
 		ctl string

@@ -66,6 +66,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Sandbox, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: data root: %w", err)
 		}
+		if real, err := filepath.EvalSymlinks(abs); err == nil {
+			abs = real
+		}
 		if st, err := os.Stat(abs); err != nil || !st.IsDir() {
 			return nil, fmt.Errorf("sandbox: data root %s is not a directory", abs)
 		}
@@ -170,6 +173,11 @@ func (s *Sandbox) newBwrap(ctx context.Context) (runner, error) {
 	if !strings.HasPrefix(s.cfg.Python, "/usr/") {
 		return nil, fmt.Errorf("sandbox: python %s is outside /usr, the only system directory mounted in the sandbox (use /usr/bin/python3)", s.cfg.Python)
 	}
+	if os.Geteuid() == 0 {
+		if err := traversable(s.cfg.WorkRoot); err != nil {
+			return nil, err
+		}
+	}
 	base := &bwrapBase{bwrap: bw, python: s.cfg.Python, meta: filepath.Join(s.cfg.WorkRoot, metaDir),
 		limits: s.cfg.Limits, asRoot: os.Geteuid() == 0, overhead: 64 << 20}
 	cg, err := detectCgroups()
@@ -251,7 +259,11 @@ func (s *Sandbox) executeLocked(ctx context.Context, e *episode, req schemas.Act
 	if !e.ready {
 		path := s.workspacePath(req.Ref.EpisodeID)
 		if _, err := os.Stat(path); err != nil {
-			if err := s.run.prepare(req.Ref.EpisodeID, path); err != nil {
+			m, err := s.mounts(req.Resources)
+			if err != nil {
+				return sandboxError(err)
+			}
+			if err := s.run.prepare(req.Ref.EpisodeID, path, m); err != nil {
 				return sandboxError(err)
 			}
 			for i, a := range req.Replay {
@@ -390,4 +402,21 @@ func (s *Sandbox) Close() error {
 		s.cgParent.remove()
 	}
 	return errors.Join(errs...)
+}
+
+// traversable checks that the sandbox user (which bwrap runs as when the
+// worker is root) can reach dir: every parent needs the x bit for others.
+func traversable(dir string) error {
+	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("sandbox: work root: %w", err)
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("sandbox: work root %s is not reachable by uid %d: %s has mode %v (chmod o+x it or pick another WorkRoot)", dir, sandboxUID, d, st.Mode().Perm())
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
 }

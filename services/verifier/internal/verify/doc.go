@@ -22,8 +22,9 @@
 //
 //   - number: one decimal number ("25.2", "-3", ".5", "2.5e-05"; no
 //     thousands separators, hex, inf or nan), optionally followed by unit
-//     text that starts with a non-digit ("25.2 kg/m^2", "12%", "90 mL/min/1.73
-//     m²") and contains no further standalone number ("5 or 6" is rejected).
+//     text that starts with a letter, %, ° or ‰ ("25.2 kg/m^2", "12%", "90
+//     mL/min/1.73 m²") and contains no further standalone number ("5 or 6",
+//     "4/5" and "12:30" are rejected).
 //     Accepted when inside [Lower, Upper] (inclusive; either bound may be
 //     absent) when a bound is set, else when |got-want| ≤ rel·|want| + 1e-9
 //     with rel = Tolerance, default 1e-6.
@@ -38,8 +39,10 @@
 //   - string: equal after lower-casing, trimming and collapsing white space.
 //   - list: gold in Truth.Values (else Truth.Answer parsed as a list). The
 //     answer is a JSON or Python list/tuple literal (rows of sqlite's
-//     fetchall like [(1,), (2,)] are unwrapped), or one value per line (a
-//     list literal on the last line wins), or one comma-separated line.
+//     fetchall like [(1,), (2,)] are unwrapped, and so are one-argument
+//     constructors like np.int64(3)), or one value per line (a list literal
+//     on the last line wins, else every line counts, progress output
+//     included), or one comma-separated line.
 //     Lengths must match; elements compare numerically with the tolerance
 //     when both are plain numbers, else as normalised strings; in order when
 //     Truth.Ordered, else as a multiset.

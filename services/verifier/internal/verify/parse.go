@@ -96,11 +96,9 @@ func parsePlainNumber(s string) (float64, error) {
 //
 //	"25.2", "-3", "2.5e-05", "25.2 kg/m^2", "90 mL/min/1.73 m²", "12%"
 //
-// The unit text must begin with something other than a digit, sign, point or
-// comma (a letter, %, °, /, …), and none of its whitespace-separated words may
-// itself be a number, so "5 or 6", "5 to 7" and "3 4" are rejected. A comma
-// straight after the number ("1,234", "4, 2") is rejected too: it is a
-// thousands separator or a list, never a unit.
+// The unit text must begin with a letter, %, ° or ‰, and none of its
+// whitespace-separated words may itself be a number, so "5 or 6", "5 to 7",
+// "3 4", "1,234", "4, 2", "4/5", "12:30" and "0x10" are all rejected.
 func parseNumber(s string) (float64, error) {
 	s = strings.TrimSpace(s)
 	n := scanNumber(s)
@@ -115,9 +113,11 @@ func parseNumber(s string) (float64, error) {
 	if unit == "" {
 		return v, nil
 	}
-	switch c := unit[0]; {
-	case isDigit(c), c == '+', c == '-', c == '.', c == ',':
-		return 0, fmt.Errorf("%q: %w (unexpected %q after the number)", s, errNotNumber, c)
+	if r, _ := utf8.DecodeRuneInString(unit); !unicode.IsLetter(r) && !strings.ContainsRune("%°‰", r) {
+		return 0, fmt.Errorf("%q: %w (unexpected %q after the number)", s, errNotNumber, r)
+	}
+	if strings.TrimLeft(s[:n], "+-") == "0" && strings.IndexByte("xXoObB", s[n]) >= 0 {
+		return 0, fmt.Errorf("%q: %w (hex, octal and binary literals are not accepted)", s, errNotNumber)
 	}
 	for w := range strings.FieldsSeq(unit) {
 		if k := scanNumber(w); k > 0 && k == len(w) {
@@ -214,7 +214,8 @@ func normString(s string) string {
 //
 //  1. a JSON or Python list/tuple literal: ["a", "b"], ['a', 'b'], (1, 2.5),
 //     [(1,), (2,)] (sqlite fetchall: one-element rows are unwrapped; wider
-//     rows become one "a, b" element), with None/null/True/False literals;
+//     rows become one "a, b" element), with None/null/True/False literals
+//     and one-argument constructors (np.int64(3), Decimal('1.5')) unwrapped;
 //  2. several non-empty lines: one element per line, unless the last line is
 //     a list literal, which then wins (earlier lines are progress output);
 //  3. one line: comma-separated elements ("a, b, c"), each trimmed and
@@ -329,12 +330,28 @@ func (p *litParser) value(depth int) (literal, error) {
 		return literal{text: t}, err
 	}
 	start := p.i
-	for p.i < len(p.s) && strings.IndexByte(",])", p.s[p.i]) < 0 {
+	for p.i < len(p.s) && strings.IndexByte(",()[] \t\r\n", p.s[p.i]) < 0 {
 		p.i++
 	}
-	t := strings.TrimSpace(p.s[start:p.i])
+	t := p.s[start:p.i]
 	if t == "" {
 		return literal{}, fmt.Errorf("list literal: empty element at offset %d", start)
+	}
+	if p.i < len(p.s) && p.s[p.i] == '(' {
+		// A one-argument constructor such as np.float64(1.5), np.int64(3)
+		// or Decimal('1.5') (numpy 2 and pandas print these) stands for its
+		// argument.
+		p.i++
+		v, err := p.value(depth + 1)
+		if err != nil {
+			return literal{}, err
+		}
+		p.skipSpace()
+		if p.i >= len(p.s) || p.s[p.i] != ')' {
+			return literal{}, fmt.Errorf("list literal: %s(…) takes one argument", t)
+		}
+		p.i++
+		return v, nil
 	}
 	switch t {
 	case "null":

@@ -46,6 +46,8 @@ func TestParseNumber(t *testing.T) {
 		"98.6 °F":             98.6,
 		"10 rows":             10,
 		"5 mg/dL (corrected)": 5,
+		"0 points":            0,
+		"0.5 ‰":               0.5,
 	}
 	for in, want := range ok {
 		got, err := parseNumber(in)
@@ -56,6 +58,7 @@ func TestParseNumber(t *testing.T) {
 	for _, in := range []string{
 		"", "abc", "answer: 5", "1,234", "4, 2", "5 or 6", "5 to 7", "3 4", "3-4", "3.4.5",
 		"inf", "nan", "NaN", "0x10", "1e999", "-", ".", "e5", "5 - 6", "(5)",
+		"4/5", "12:30", "5 (approx)", "5=5", "-0b1", "3×",
 	} {
 		if got, err := parseNumber(in); err == nil {
 			t.Errorf("parseNumber(%q) = %v, want an error", in, got)
@@ -135,30 +138,33 @@ func TestNormString(t *testing.T) {
 func TestParseList(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string][]string{
-		`["a", "b"]`:                   {"a", "b"},
-		`['a', 'b']`:                   {"a", "b"},
-		`(1, 2.5)`:                     {"1", "2.5"},
-		`[(1,), (2,)]`:                 {"1", "2"},
-		`[(1, 'x'), (2, 'y')]`:         {"1, x", "2, y"},
-		`[None, True, null, false]`:    {"None", "True", "None", "False"},
-		`["it\'s", "a\"b", "\u00e9"]`:  {"it's", `a"b`, "é"},
-		`[]`:                           nil,
-		"a\nb\n\nc\n":                  {"a", "b", "c"},
-		"progress 50%\n['x', 'y']":     {"x", "y"},
-		"a, b ,'c'":                    {"a", "b", "c"},
-		"single":                       {"single"},
-		"[[1], [2]]":                   {"1", "2"},
-		`["a,b", "c"]`:                 {"a,b", "c"},
-		"\"quoted\"\n'lines'":          {"quoted", "lines"},
-		"[1, 2,]":                      {"1", "2"},
-		"  [ 'spaced' , \"items\" ]  ": {"spaced", "items"},
+		`["a", "b"]`:                     {"a", "b"},
+		`['a', 'b']`:                     {"a", "b"},
+		`(1, 2.5)`:                       {"1", "2.5"},
+		`[(1,), (2,)]`:                   {"1", "2"},
+		`[(1, 'x'), (2, 'y')]`:           {"1, x", "2, y"},
+		`[None, True, null, false]`:      {"None", "True", "None", "False"},
+		`["it\'s", "a\"b", "\u00e9"]`:    {"it's", `a"b`, "é"},
+		`[]`:                             nil,
+		"a\nb\n\nc\n":                    {"a", "b", "c"},
+		"progress 50%\n['x', 'y']":       {"x", "y"},
+		"a, b ,'c'":                      {"a", "b", "c"},
+		"single":                         {"single"},
+		"[[1], [2]]":                     {"1", "2"},
+		`["a,b", "c"]`:                   {"a,b", "c"},
+		"\"quoted\"\n'lines'":            {"quoted", "lines"},
+		"[1, 2,]":                        {"1", "2"},
+		"  [ 'spaced' , \"items\" ]  ":   {"spaced", "items"},
+		"[np.int64(3), np.float64(1.5)]": {"3", "1.5"},
+		"[Decimal('1.5'), np.str_('x')]": {"1.5", "x"},
+		"[1, 2":                          {"[1", "2"}, // not a literal: comma-separated text
 	} {
 		got, err := parseList(in)
 		if err != nil || !slices.Equal(got, want) {
 			t.Errorf("parseList(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "[1, 2", `["unterminated]`, "[1 2]", "[,]", strings.Repeat("[", 100) + strings.Repeat("]", 100)} {
+	for _, in := range []string{"", `["unterminated]`, "[1 2]", "[f(1, 2)]", "[f(]", "[,]", strings.Repeat("[", 100) + strings.Repeat("]", 100)} {
 		if got, err := parseList(in); err == nil {
 			t.Errorf("parseList(%q) = %q, want an error", in, got)
 		}

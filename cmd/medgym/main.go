@@ -1,0 +1,67 @@
+// Command medgym is the operator CLI: it runs episodes on embedded defaults
+// (an in-process JetStream server, every service in-process, the local
+// sandbox, a directory or S3 trajectory store) or against running services,
+// and it inspects tasks, sandboxes and stored trajectories.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `medgym: an environment for LLM agents doing biomedical data science
+
+Usage:
+  medgym run      [flags]   run episodes (embedded JetStream and services unless --nats)
+  medgym serve    [flags]   run every service in one process against --nats
+  medgym tasks    stats|show|verify|list [flags]
+  medgym sandbox  exec [flags] < code.py
+  medgym query    --store DIR "SQL"
+  medgym fake-llm [flags]   a fake OpenAI-compatible server (a test tool)
+
+Run "medgym COMMAND -h" for a command's flags.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "medgym:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return flag.ErrHelp
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "run":
+		return cmdRun(ctx, rest, stdout, stderr)
+	case "serve":
+		return cmdServe(ctx, rest, stderr)
+	case "tasks":
+		return cmdTasks(ctx, rest, stdout, stderr)
+	case "sandbox":
+		return cmdSandbox(ctx, rest, stdout, stderr)
+	case "query":
+		return cmdQuery(ctx, rest, stdout, stderr)
+	case "fake-llm":
+		return cmdFakeLLM(ctx, rest, stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", cmd)
+}

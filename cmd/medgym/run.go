@@ -1,0 +1,352 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/bus/embedded"
+	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/store"
+	"github.com/medgym/medgym/tasks"
+)
+
+type runFlags struct {
+	serviceFlags
+	nats         string
+	state        string
+	runID        string
+	datasets     string
+	split        string
+	limit        int
+	seed         int64
+	categories   string
+	taskIDs      string
+	samples      int
+	temperatures string
+	policy       string
+	llmURL       string
+	model        string
+	apiKeyEnv    string
+	maxTokens    int
+	logprobs     bool
+	maxTurns     int
+	endOn        string
+	showVerdict  bool
+	loopGuard    string
+	verifierMode string
+	actionTO     int
+	episodeTO    int
+	maxInFlight  int
+	quiet        bool
+}
+
+func (f *runFlags) register(fs *flag.FlagSet) {
+	f.serviceFlags.register(fs)
+	fs.StringVar(&f.nats, "nats", "", "NATS URL of running services (default: embedded server and in-process services)")
+	fs.StringVar(&f.state, "state", ".medgym", "directory for the embedded JetStream file store")
+	fs.StringVar(&f.runID, "run-id", "", "run id (default: generated); resubmitting the same id continues that run")
+	fs.StringVar(&f.datasets, "dataset", "medcalcbench", "dataset(s), comma separated")
+	fs.StringVar(&f.split, "split", "test", "split: test or train")
+	fs.IntVar(&f.limit, "limit", 0, "at most this many tasks (0 = all)")
+	fs.Int64Var(&f.seed, "sample-seed", 0, "with --limit: take a seeded sample instead of the first tasks")
+	fs.StringVar(&f.categories, "category", "", "only these categories, comma separated")
+	fs.StringVar(&f.taskIDs, "task", "", "only these task ids, comma separated")
+	fs.IntVar(&f.samples, "samples", 1, "samples per task (K)")
+	fs.StringVar(&f.temperatures, "temperatures", "", "per-sample temperature schedule, e.g. 0,0.6 (sample k uses entry min(k, n-1))")
+	fs.StringVar(&f.policy, "policy", "reference", "policy: reference (replays reference solutions) or openai")
+	fs.StringVar(&f.llmURL, "llm-url", "", "OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
+	fs.StringVar(&f.model, "model", "", "model name for --policy openai")
+	fs.StringVar(&f.apiKeyEnv, "api-key-env", "OPENAI_API_KEY", "environment variable holding the API key (read by the llm-worker)")
+	fs.IntVar(&f.maxTokens, "max-tokens", 8192, "max completion tokens per turn")
+	fs.BoolVar(&f.logprobs, "logprobs", false, "request token ids and logprobs (vLLM) for RL")
+	fs.IntVar(&f.maxTurns, "max-turns", 15, "policy steps per episode")
+	fs.StringVar(&f.endOn, "end-on", schemas.EndOnBoth, "what ends an episode: accepted (upstream), answer, or both")
+	fs.BoolVar(&f.showVerdict, "show-verdict", false, "show the verifier's verdict on code runs to the model (upstream: no)")
+	fs.StringVar(&f.loopGuard, "loop-guard", "warn", "repeated identical action: off, warn or stop")
+	fs.StringVar(&f.verifierMode, "verifier-mode", "strict", "strict or upstream (upstream-compatible rules, bugs included)")
+	fs.IntVar(&f.actionTO, "action-timeout", 120, "seconds per action")
+	fs.IntVar(&f.episodeTO, "episode-timeout", 0, "seconds per episode (0 = none)")
+	fs.IntVar(&f.maxInFlight, "max-in-flight", 64, "episodes in flight at once")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress line")
+}
+
+func (f *runFlags) spec() (schemas.RunSpec, error) {
+	opts := schemas.DefaultOptions()
+	opts.MaxTurns, opts.EndOn, opts.ShowVerdict = f.maxTurns, f.endOn, f.showVerdict
+	opts.LoopGuard, opts.VerifierMode = f.loopGuard, f.verifierMode
+	opts.ActionTimeoutSec, opts.EpisodeTimeoutSec = f.actionTO, f.episodeTO
+	pol := schemas.PolicySpec{Name: f.policy, Model: f.model, BaseURL: f.llmURL, APIKeyEnv: f.apiKeyEnv,
+		MaxTokens: f.maxTokens, Logprobs: f.logprobs}
+	if f.policy == schemas.PolicyReference {
+		pol = schemas.PolicySpec{Name: schemas.PolicyReference, Model: "reference-solution"}
+	}
+	var temps []float64
+	for _, s := range splitList(f.temperatures) {
+		var t float64
+		if _, err := fmt.Sscanf(s, "%g", &t); err != nil {
+			return schemas.RunSpec{}, fmt.Errorf("--temperatures: %q is not a number", s)
+		}
+		temps = append(temps, t)
+	}
+	id := f.runID
+	if id == "" {
+		b := make([]byte, 3)
+		_, _ = rand.Read(b)
+		id = time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b)
+	}
+	spec := schemas.RunSpec{
+		RunID: id, Datasets: splitList(f.datasets), Split: f.split, TasksDir: f.tasksDir,
+		Categories: splitList(f.categories), TaskIDs: splitList(f.taskIDs), Limit: f.limit, SampleSeed: f.seed,
+		Samples: f.samples, Temperatures: temps, Policy: pol, Options: opts, MaxInFlight: f.maxInFlight,
+		SubmittedAt: time.Now().UTC(),
+	}
+	return spec, spec.Validate()
+}
+
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f runFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	spec, err := f.spec()
+	if err != nil {
+		return err
+	}
+	log := newLogger(stderr, f.logLevel)
+	res, err := runSpec(ctx, spec, &f, stderr, log)
+	if err != nil {
+		return err
+	}
+	printSummary(stdout, res)
+	return nil
+}
+
+// runResult summarises a finished run.
+type runResult struct {
+	RunID    string
+	Total    int
+	Outcomes map[schemas.Outcome]int
+	Store    string
+	Elapsed  time.Duration
+}
+
+func (r runResult) successRate() float64 {
+	n := r.Total - r.Outcomes[schemas.OutcomeInfraFailure]
+	if n <= 0 {
+		return 0
+	}
+	return float64(r.Outcomes[schemas.OutcomeCorrect]) / float64(n)
+}
+
+func printSummary(w io.Writer, r runResult) {
+	fmt.Fprintf(w, "run %s: %d episodes, success rate %.1f%% (%d correct", r.RunID, r.Total, 100*r.successRate(), r.Outcomes[schemas.OutcomeCorrect])
+	keys := make([]string, 0, len(r.Outcomes))
+	for k := range r.Outcomes {
+		if k != schemas.OutcomeCorrect {
+			keys = append(keys, string(k))
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, ", %d %s", r.Outcomes[schemas.Outcome(k)], k)
+	}
+	fmt.Fprintf(w, ") in %s\ntrajectories: %s\n", r.Elapsed.Round(time.Millisecond), filepath.ToSlash(r.Store))
+}
+
+// preflight fails fast, with the fix, on what would make every episode fail.
+func preflight(ctx context.Context, spec schemas.RunSpec, f *runFlags) error {
+	for _, ds := range spec.Datasets {
+		ts, err := tasks.Load(ctx, tasks.Source{Dataset: ds, Split: spec.Split, DataRoot: f.data, TasksDir: f.tasksDir})
+		if err != nil {
+			return fmt.Errorf("%w (data root %s; set --data or MEDGYM_DATA)", err, f.data)
+		}
+		if len(ts) == 0 {
+			return fmt.Errorf("dataset %s has no %s tasks (try --split test)", ds, spec.Split)
+		}
+	}
+	if spec.Policy.Name == schemas.PolicyOpenAI {
+		if spec.Policy.BaseURL == "" {
+			return errors.New("--policy openai needs --llm-url (an OpenAI-compatible base URL such as http://localhost:8000/v1)")
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(spec.Policy.BaseURL, "/")+"/models", nil)
+		if err != nil {
+			return fmt.Errorf("--llm-url %q: %w", spec.Policy.BaseURL, err)
+		}
+		if k := os.Getenv(spec.Policy.APIKeyEnv); k != "" {
+			req.Header.Set("Authorization", "Bearer "+k)
+		}
+		c := &http.Client{Timeout: 10 * time.Second}
+		resp, err := c.Do(req)
+		if err != nil {
+			return fmt.Errorf("model endpoint %s is unreachable: %v (start the server or fix --llm-url)", spec.Policy.BaseURL, errors.Unwrap(err))
+		}
+		_ = resp.Body.Close()
+	}
+	return nil
+}
+
+// runSpec submits spec and follows it to completion; without --nats it
+// first starts an embedded server and every service in-process.
+func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.Writer, log interface {
+	Info(string, ...any)
+}) (runResult, error) {
+	start := time.Now()
+	if err := preflight(ctx, spec, f); err != nil {
+		return runResult{}, err
+	}
+	st, err := store.Open(ctx, f.store, f.storeOptions())
+	if err != nil {
+		return runResult{}, err
+	}
+	url := f.nats
+	logger := newLogger(stderr, f.logLevel)
+	var wait func() error
+	svcCtx, stopServices := context.WithCancel(ctx)
+	defer stopServices()
+	if url == "" {
+		if err := os.MkdirAll(f.state, 0o755); err != nil {
+			return runResult{}, fmt.Errorf("state dir: %w", err)
+		}
+		ns, err := embedded.Start(embedded.Options{StoreDir: filepath.Join(f.state, "jetstream")})
+		if err != nil {
+			return runResult{}, err
+		}
+		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+		url = ns.ClientURL()
+	}
+	conn, err := bus.Connect(ctx, url, "medgym-cli", logger)
+	if err != nil {
+		return runResult{}, err
+	}
+	defer conn.Close()
+	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+		return runResult{}, err
+	}
+	if f.nats == "" {
+		wait = startServices(svcCtx, conn, &f.serviceFlags, f.llmURL, logger)
+	}
+	if err := conn.Publish(ctx, schemas.RunSubmitted.For(spec.RunID), schemas.MsgID("run", spec.RunID), spec); err != nil {
+		return runResult{}, err
+	}
+	fmt.Fprintf(stderr, "run %s submitted (%s, policy %s)\n", spec.RunID, strings.Join(spec.Datasets, ","), policyLabel(spec.Policy))
+	status, err := follow(ctx, conn, spec.RunID, stderr, f.quiet)
+	stopServices()
+	if wait != nil {
+		if werr := wait(); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
+		return runResult{}, err
+	}
+	res := runResult{RunID: spec.RunID, Total: status.Total, Outcomes: status.Outcomes, Store: st.String(), Elapsed: time.Since(start)}
+	if err := st.WriteManifest(ctx, spec.RunID, manifest(spec, res)); err != nil {
+		return res, fmt.Errorf("write manifest: %w", err)
+	}
+	return res, nil
+}
+
+func policyLabel(p schemas.PolicySpec) string {
+	if p.Name == schemas.PolicyReference {
+		return "reference (reference solutions, no model)"
+	}
+	return p.Name + " " + p.Model
+}
+
+// follow watches the run's status and scores until every episode has an
+// outcome, printing a progress line.
+func follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quiet bool) (schemas.RunStatus, error) {
+	kv, err := conn.JS.KeyValue(ctx, schemas.BucketRuns)
+	if err != nil {
+		return schemas.RunStatus{}, fmt.Errorf("runs bucket: %w", err)
+	}
+	cons, err := conn.JS.OrderedConsumer(ctx, schemas.StreamScores, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{schemas.EpisodeScored.For(runID)}})
+	if err != nil {
+		return schemas.RunStatus{}, fmt.Errorf("follow scores: %w", err)
+	}
+	outcomes := map[schemas.Outcome]int{}
+	seen := map[string]bool{}
+	start := time.Now()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	var st schemas.RunStatus
+	for {
+		for {
+			batch, err := cons.FetchNoWait(500)
+			if err != nil {
+				break
+			}
+			n := 0
+			for m := range batch.Messages() {
+				n++
+				var sc schemas.Score
+				if json.Unmarshal(m.Data(), &sc) == nil && !seen[sc.EpisodeID] {
+					seen[sc.EpisodeID] = true
+					outcomes[sc.Outcome]++
+				}
+			}
+			if n == 0 {
+				break
+			}
+		}
+		if e, err := kv.Get(ctx, runID); err == nil {
+			_ = json.Unmarshal(e.Value(), &st)
+		}
+		if st.Error != "" {
+			return st, fmt.Errorf("run %s rejected by the dispatcher: %s", runID, st.Error)
+		}
+		if !quiet && st.Total > 0 {
+			progress(w, st, len(seen), outcomes, time.Since(start))
+		}
+		if st.Total > 0 && len(seen) >= st.Total {
+			if !quiet {
+				fmt.Fprintln(w)
+			}
+			st.Outcomes = outcomes
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			return st, fmt.Errorf("run %s interrupted at %d/%d episodes (resubmit with --run-id %s to continue): %w", runID, len(seen), st.Total, runID, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func progress(w io.Writer, st schemas.RunStatus, done int, outcomes map[schemas.Outcome]int, el time.Duration) {
+	scored := done - outcomes[schemas.OutcomeInfraFailure]
+	rate := 0.0
+	if scored > 0 {
+		rate = 100 * float64(outcomes[schemas.OutcomeCorrect]) / float64(scored)
+	}
+	perMin := float64(done) / el.Minutes()
+	eta := "?"
+	if done > 0 {
+		eta = (time.Duration(float64(el) / float64(done) * float64(st.Total-done))).Round(time.Second).String()
+	}
+	fmt.Fprintf(w, "\r%d/%d done, %d in flight, success %.1f%%, %.1f episodes/min, ETA %s   ",
+		done, st.Total, max(0, st.Published-done), rate, perMin, eta)
+}
+
+func manifest(spec schemas.RunSpec, r runResult) store.Manifest {
+	return store.Manifest{RunID: spec.RunID, Episodes: r.Total, Outcomes: r.Outcomes, Config: spec}
+}

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/medgym/medgym/bus"
+)
+
+// cmdServe runs every service in one process against an external server.
+func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f serviceFlags
+	f.register(fs)
+	nats := fs.String("nats", "nats://127.0.0.1:4222", "NATS URL")
+	llmURL := fs.String("llm-url", "", "default OpenAI-compatible base URL")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := newLogger(stderr, f.logLevel)
+	conn, err := bus.Connect(ctx, *nats, "medgym-serve", log)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+		return err
+	}
+	fmt.Fprintln(stderr, "medgym serve: dispatcher, llm-worker, sandbox-worker and verifier on", *nats)
+	return startServices(ctx, conn, &f, *llmURL, log)()
+}

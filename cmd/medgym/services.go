@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/medgym/medgym/bus"
+	dispatcher "github.com/medgym/medgym/services/dispatcher/service"
+	llmworker "github.com/medgym/medgym/services/llm-worker/service"
+	sandboxworker "github.com/medgym/medgym/services/sandbox-worker/service"
+	verifier "github.com/medgym/medgym/services/verifier/service"
+	"github.com/medgym/medgym/store"
+)
+
+// serviceFlags are the flags shared by run and serve for in-process services.
+type serviceFlags struct {
+	data, tasksDir      string
+	store               string
+	s3Endpoint          string
+	s3Region            string
+	s3Insecure          bool
+	backend             string
+	warm                int
+	sandboxConcurrency  int
+	llmConcurrency      int
+	verifierConcurrency int
+	llmTimeout          time.Duration
+	llmRetries          int
+	memoryMB            int
+	logLevel            string
+}
+
+func (f *serviceFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.data, "data", defaultDataRoot(), "shared data root (task sources); env MEDGYM_DATA")
+	fs.StringVar(&f.tasksDir, "tasks-dir", "", "upstream MedAgentGym task folder (instead of the built-in library)")
+	fs.StringVar(&f.store, "store", "runs", "trajectory store: a directory or s3://bucket/prefix")
+	fs.StringVar(&f.s3Endpoint, "s3-endpoint", "", "S3 endpoint host:port (default $AWS_ENDPOINT_URL); credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")
+	fs.StringVar(&f.s3Region, "s3-region", "", "S3 region (default $AWS_REGION)")
+	fs.BoolVar(&f.s3Insecure, "s3-insecure", false, "use plain HTTP for the S3 endpoint")
+	fs.StringVar(&f.backend, "sandbox-backend", "bwrap", "sandbox backend: bwrap or docker")
+	fs.IntVar(&f.warm, "warm", 0, "warm Python interpreters per sandbox worker (0 = cold runs)")
+	fs.IntVar(&f.sandboxConcurrency, "sandbox-concurrency", 2, "actions run at once by the sandbox worker")
+	fs.IntVar(&f.llmConcurrency, "llm-concurrency", 32, "episode steps run at once by the llm-worker")
+	fs.IntVar(&f.verifierConcurrency, "verifier-concurrency", 32, "episodes scored and stored at once (also the rows per Parquet file)")
+	fs.DurationVar(&f.llmTimeout, "llm-timeout", 5*time.Minute, "timeout of one model request")
+	fs.IntVar(&f.llmRetries, "llm-retries", 4, "retries of a failing model request (429, 5xx, timeouts)")
+	fs.IntVar(&f.memoryMB, "sandbox-memory-mb", 2048, "memory limit of one sandboxed run")
+	fs.StringVar(&f.logLevel, "log", "warn", "log level: debug, info, warn, error")
+}
+
+func (f *serviceFlags) storeOptions() store.Options {
+	return store.Options{Endpoint: f.s3Endpoint, Region: f.s3Region, UseSSL: !f.s3Insecure}
+}
+
+// startServices runs every service in-process on conn until ctx is done.
+func startServices(ctx context.Context, conn *bus.Conn, f *serviceFlags, llmURL string, log *slog.Logger) (wait func() error) {
+	host, _ := os.Hostname()
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return dispatcher.Run(ctx, conn, dispatcher.Config{DataRoot: f.data}, log.With("service", "dispatcher"))
+	})
+	g.Go(func() error {
+		return llmworker.Run(ctx, conn, llmworker.Config{
+			DataRoot: f.data, TasksDir: f.tasksDir, Concurrency: f.llmConcurrency, Worker: host + "/llm-worker",
+			LLM: llmworker.ClientDefaults{DefaultBaseURL: llmURL, Timeout: f.llmTimeout, MaxRetries: f.llmRetries},
+		}, log.With("service", "llm-worker"))
+	})
+	g.Go(func() error {
+		lim := sandboxworker.Limits{MemoryBytes: int64(f.memoryMB) << 20}
+		return sandboxworker.Run(ctx, conn, sandboxworker.Config{
+			Sandbox:     sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: f.data, Warm: f.warm, Limits: lim},
+			Concurrency: f.sandboxConcurrency, Worker: host + "/sandbox-worker",
+		}, log.With("service", "sandbox-worker"))
+	})
+	g.Go(func() error {
+		return verifier.Run(ctx, conn, verifier.Config{
+			DataRoot: f.data, TasksDir: f.tasksDir, Store: f.store, StoreOptions: f.storeOptions(),
+			Concurrency: f.verifierConcurrency,
+		}, log.With("service", "verifier"))
+	})
+	return func() error {
+		if err := g.Wait(); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("services: %w", err)
+		}
+		return nil
+	}
+}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/tasks"
+)
+
+func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("usage: medgym tasks stats|show|list|verify [flags]")
+	}
+	sub, args := args[0], args[1:]
+	if sub == "verify" {
+		return cmdTasksVerify(ctx, args, stdout, stderr)
+	}
+	fs := flag.NewFlagSet("tasks "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	data := fs.String("data", defaultDataRoot(), "shared data root")
+	tasksDir := fs.String("tasks-dir", "", "upstream MedAgentGym task folder")
+	datasets := fs.String("dataset", strings.Join(tasks.Datasets(), ","), "dataset(s)")
+	splits := fs.String("split", "train,test", "split(s)")
+	format := fs.String("format", "text", "text or json")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	load := func() ([]tasks.Task, error) {
+		var all []tasks.Task
+		for _, ds := range splitList(*datasets) {
+			for _, sp := range splitList(*splits) {
+				ts, err := tasks.Load(ctx, tasks.Source{Dataset: ds, Split: sp, DataRoot: *data, TasksDir: *tasksDir})
+				if err != nil {
+					return nil, err
+				}
+				all = append(all, ts...)
+			}
+		}
+		return all, nil
+	}
+	switch sub {
+	case "stats":
+		all, err := load()
+		if err != nil {
+			return err
+		}
+		sum := tasks.Summarize(all)
+		if *format == "json" {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(sum)
+		}
+		total := 0
+		for _, g := range sum.Groups {
+			fmt.Fprintf(stdout, "%-14s %-6s %6d tasks  %4d categories  answer types %v\n", g.Dataset, g.Split, g.Count, len(g.Categories), g.AnswerTypes)
+			total += g.Count
+		}
+		fmt.Fprintf(stdout, "total %d tasks\n", total)
+		return nil
+	case "list":
+		all, err := load()
+		if err != nil {
+			return err
+		}
+		for _, t := range all {
+			fmt.Fprintf(stdout, "%s\t%s\t%s\t%s\n", t.View.ID, t.View.Split, t.View.Category, oneLine(t.View.Question, 80))
+		}
+		return nil
+	case "show":
+		if fs.NArg() != 1 {
+			return fmt.Errorf("usage: medgym tasks show [--dataset D] ID")
+		}
+		id := fs.Arg(0)
+		all, err := load()
+		if err != nil {
+			return err
+		}
+		for _, t := range all {
+			if t.View.ID == id {
+				return showTask(stdout, t.View)
+			}
+		}
+		return fmt.Errorf("task %q not found in %s (%s)", id, *datasets, *splits)
+	}
+	return fmt.Errorf("unknown tasks command %q", sub)
+}
+
+// showTask prints a task as the agent sees it: never the ground truth.
+func showTask(w io.Writer, v schemas.TaskView) error {
+	fmt.Fprintf(w, "id: %s\ndataset: %s\nsplit: %s\ncategory: %s\nanswer type: %s\npermitted actions: %s\n",
+		v.ID, v.Dataset, v.Split, v.Category, v.AnswerType, strings.Join(v.PermittedActions, ", "))
+	if len(v.Resources) > 0 {
+		fmt.Fprintf(w, "data: %s\n", strings.Join(v.Resources, ", "))
+	}
+	fmt.Fprintf(w, "\n--- instruction ---\n%s\n\n--- question ---\n%s\n", v.Instruction, v.Question)
+	if v.Context != "" {
+		fmt.Fprintf(w, "\n--- context ---\n%s\n", v.Context)
+	}
+	return nil
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// cmdTasksVerify runs reference solutions through the real pipeline
+// (sandbox and verifier) and prints pass/fail counts.
+func cmdTasksVerify(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tasks verify", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f runFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	f.policy = schemas.PolicyReference
+	f.endOn = schemas.EndOnBoth
+	spec, err := f.spec()
+	if err != nil {
+		return err
+	}
+	res, err := runSpec(ctx, spec, &f, stderr, newLogger(stderr, f.logLevel))
+	if err != nil {
+		return err
+	}
+	pass := res.Outcomes[schemas.OutcomeCorrect]
+	fmt.Fprintf(stdout, "tasks verify %s: %d passed, %d failed (run %s)\n", strings.Join(spec.Datasets, ","), pass, res.Total-pass, res.RunID)
+	if pass != res.Total {
+		return fmt.Errorf("%d reference solutions failed; inspect with: medgym query --store %s \"SELECT task_id, outcome, error FROM trajectories WHERE run_id='%s' AND outcome<>'correct'\"", res.Total-pass, f.store, res.RunID)
+	}
+	return nil
+}

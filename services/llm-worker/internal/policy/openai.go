@@ -1,0 +1,98 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/services/llm-worker/internal/episode"
+	"github.com/medgym/medgym/services/llm-worker/internal/llm"
+)
+
+// ClientDefaults are applied to every OpenAI-compatible client the worker
+// creates (one per base URL and model).
+type ClientDefaults struct {
+	Timeout                time.Duration
+	MaxConcurrent          int
+	MaxRetries             int
+	MaxRetryWait           time.Duration
+	NoTemperature          bool
+	UseMaxCompletionTokens bool
+	RequestTokenIDs        bool
+	// DefaultBaseURL is used when a PolicySpec has none.
+	DefaultBaseURL string
+	// Getenv reads API keys (named by PolicySpec.APIKeyEnv, default
+	// OPENAI_API_KEY); nil means os.Getenv.
+	Getenv func(string) string
+}
+
+// OpenAIPool hands out one client per (base URL, model, key variable).
+type OpenAIPool struct {
+	Defaults ClientDefaults
+
+	mu      sync.Mutex
+	clients map[string]*llm.Client
+}
+
+// Policy returns the policy for spec.
+func (p *OpenAIPool) Policy(spec schemas.PolicySpec) (episode.Policy, error) {
+	base := spec.BaseURL
+	if base == "" {
+		base = p.Defaults.DefaultBaseURL
+	}
+	if base == "" {
+		return nil, fmt.Errorf("policy openai: no base URL (set --llm-url)")
+	}
+	keyEnv := spec.APIKeyEnv
+	if keyEnv == "" {
+		keyEnv = "OPENAI_API_KEY"
+	}
+	key := base + "\x00" + spec.Model + "\x00" + keyEnv
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.clients[key]; ok {
+		return OpenAI{c}, nil
+	}
+	getenv := p.Defaults.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	d := p.Defaults
+	c, err := llm.New(llm.Config{
+		BaseURL: base, Model: spec.Model, APIKey: getenv(keyEnv),
+		Timeout: d.Timeout, MaxConcurrent: d.MaxConcurrent, MaxRetries: d.MaxRetries, MaxRetryWait: d.MaxRetryWait,
+		NoTemperature: d.NoTemperature, UseMaxCompletionTokens: d.UseMaxCompletionTokens,
+		RequestTokenIDs: d.RequestTokenIDs || spec.Logprobs,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("policy openai %s at %s: %w", spec.Model, base, err)
+	}
+	if p.clients == nil {
+		p.clients = map[string]*llm.Client{}
+	}
+	p.clients[key] = c
+	return OpenAI{c}, nil
+}
+
+// OpenAI is a policy backed by an OpenAI-compatible endpoint.
+type OpenAI struct{ c *llm.Client }
+
+// Complete implements episode.Policy.
+func (o OpenAI) Complete(ctx context.Context, req schemas.EpisodeRequest, msgs []schemas.ChatMessage) (episode.Completion, error) {
+	p := req.Policy
+	c, err := o.c.Complete(ctx, llm.Request{
+		Messages: msgs, Temperature: p.Temperature, TopP: p.TopP, MaxTokens: p.MaxTokens,
+		Seed: p.Seed, Stop: p.Stop, User: req.EpisodeID,
+	})
+	if err != nil {
+		return episode.Completion{}, err
+	}
+	return episode.Completion{
+		Text: c.Text, Reasoning: c.Reasoning, FinishReason: c.FinishReason,
+		PromptTokens: c.PromptTokens, CompletionTokens: c.CompletionTokens,
+		PromptTokenIDs: c.PromptTokenIDs, TokenIDs: c.TokenIDs, Logprobs: c.Logprobs, Latency: c.Latency,
+	}, nil
+}

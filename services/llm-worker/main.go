@@ -1,0 +1,71 @@
+// Command llm-worker plays episodes: it builds prompts, asks the policy
+// (an OpenAI-compatible endpoint or the reference solutions) for actions,
+// and folds in observations. See README.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/services/llm-worker/service"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "llm-worker:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("llm-worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	host, _ := os.Hostname()
+	natsURL := fs.String("nats", envOr(getenv, "MEDGYM_NATS", "nats://127.0.0.1:4222"), "NATS URL (env MEDGYM_NATS)")
+	data := fs.String("data", envOr(getenv, "MEDGYM_DATA", "../shared/data"), "shared data root, for reference solutions (env MEDGYM_DATA)")
+	tasksDir := fs.String("tasks-dir", "", "upstream MedAgentGym task folder")
+	conc := fs.Int("concurrency", 32, "episode steps at once")
+	llmURL := fs.String("llm-url", getenv("MEDGYM_LLM_URL"), "default OpenAI-compatible base URL (env MEDGYM_LLM_URL)")
+	timeout := fs.Duration("llm-timeout", 5*time.Minute, "timeout of one model request")
+	retries := fs.Int("llm-retries", 4, "retries of a failing model request")
+	maxConc := fs.Int("llm-max-concurrent", 8, "requests in flight per endpoint")
+	noTemp := fs.Bool("no-temperature", false, "omit temperature/top_p (models that refuse them)")
+	maxCompletion := fs.Bool("max-completion-tokens", false, "send max_completion_tokens instead of max_tokens")
+	systemAsUser := fs.Bool("system-as-user", false, "fold the system prompt into the first user message")
+	name := fs.String("name", host+"/llm-worker", "worker name recorded in trajectories")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "llm-worker")
+	log.Info("config", "nats", *natsURL, "data", *data, "llm_url", *llmURL, "concurrency", *conc) // API keys are never logged
+	conn, err := bus.Connect(ctx, *natsURL, "llm-worker", log)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+		return err
+	}
+	return service.Run(ctx, conn, service.Config{
+		DataRoot: *data, TasksDir: *tasksDir, Concurrency: *conc, Worker: *name, SystemAsUser: *systemAsUser,
+		LLM: service.ClientDefaults{DefaultBaseURL: *llmURL, Timeout: *timeout, MaxRetries: *retries, MaxConcurrent: *maxConc,
+			NoTemperature: *noTemp, UseMaxCompletionTokens: *maxCompletion, Getenv: getenv},
+	}, log)
+}
+
+func envOr(getenv func(string) string, k, def string) string {
+	if v := getenv(k); v != "" {
+		return v
+	}
+	return def
+}

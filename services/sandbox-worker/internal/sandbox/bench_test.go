@@ -1,0 +1,90 @@
+package sandbox
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/medgym/medgym/schemas"
+)
+
+const benchCode = `import pandas as pd
+df = pd.DataFrame({"g": ["a", "b", "a", "c", "b", "a"], "v": [1, 2, 3, 4, 5, 6]})
+print(df.groupby("g")["v"].sum().to_dict())
+`
+
+// BenchmarkPandasGroupby measures one code action that imports pandas and
+// does a small groupby, per backend, and prints p50/p95 and the cold/warm
+// ratio. Each episode is new (the realistic first-turn case for cold; for
+// warm it adopts a ready server), so -benchtime=20x gives 20 samples.
+func BenchmarkPandasGroupby(b *testing.B) {
+	type stat struct{ p50, p95 time.Duration }
+	results := map[string]stat{}
+	names := []string{"warm", "cold"}
+	if os.Getenv("MEDGYM_DOCKER") == "1" {
+		names = append(names, "docker")
+	}
+	for _, name := range names {
+		mk := backends()[name]
+		b.Run(name, func(b *testing.B) {
+			s := mk(b, Config{Warm: 2})
+			// Let the pool fill and the page cache warm up.
+			exec1(b, s, code(newEpisode(), benchCode, 60))
+			var lat []time.Duration
+			for b.Loop() {
+				if name == "warm" {
+					b.StopTimer()
+					waitIdle(s, 5*time.Second)
+					b.StartTimer()
+				}
+				ep := newEpisode()
+				begin := time.Now()
+				r := exec1(b, s, code(ep, benchCode, 60))
+				lat = append(lat, time.Since(begin))
+				if r.Status != schemas.StatusOK || !strings.Contains(r.Stdout, "'a': 10") {
+					b.Fatalf("got %+v", r)
+				}
+				b.StopTimer()
+				_ = s.Release(ep)
+				b.StartTimer()
+			}
+			slices.Sort(lat)
+			st := stat{lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*95/100)]}
+			results[name] = st
+			b.ReportMetric(float64(st.p50.Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(st.p95.Microseconds())/1000, "p95-ms")
+		})
+	}
+	for _, n := range names {
+		if st, ok := results[n]; ok {
+			fmt.Printf("%-6s p50 %8.1f ms   p95 %8.1f ms\n", n, float64(st.p50.Microseconds())/1000, float64(st.p95.Microseconds())/1000)
+		}
+	}
+	if w, c := results["warm"], results["cold"]; w.p50 > 0 && c.p50 > 0 {
+		fmt.Printf("cold/warm p50 ratio: %.1fx\n", float64(c.p50)/float64(w.p50))
+	}
+}
+
+// waitIdle waits until the warm pool has a ready server (bounded).
+func waitIdle(s *Sandbox, d time.Duration) {
+	p, ok := s.run.(*warmPool)
+	if !ok {
+		return
+	}
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		p.mu.Lock()
+		n := 0
+		for _, q := range p.idle {
+			n += len(q)
+		}
+		p.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,171 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/medgym/medgym/schemas"
+)
+
+func TestConformance(t *testing.T) {
+	for name, mk := range backends() {
+		t.Run(name, func(t *testing.T) { conformance(t, mk) })
+	}
+}
+
+// conformance is the contract every backend must meet.
+func conformance(t *testing.T, mk constructor) {
+	data := openTempDir(t)
+	if err := os.MkdirAll(filepath.Join(data, "toy"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	csv := "subject_id,gender,diagnosis\n1,M,sepsis\n2,F,pneumonia\n3,F,sepsis\n"
+	if err := os.WriteFile(filepath.Join(data, "toy", "patients.csv"), []byte(csv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := mk(t, Config{DataRoot: data})
+
+	t.Run("print answer rule", func(t *testing.T) {
+		r := exec1(t, s, code(newEpisode(), "answer = 6*7", 20))
+		if r.Status != schemas.StatusOK || strings.TrimSpace(r.Stdout) != "42" || r.ExitCode != 0 {
+			t.Fatalf("got %+v", r)
+		}
+		r = exec1(t, s, code(newEpisode(), "answer = 1\nprint('x')", 20))
+		if strings.TrimSpace(r.Stdout) != "x" {
+			t.Fatalf("print(answer) appended although code prints: %q", r.Stdout)
+		}
+	})
+	t.Run("stderr and exit code", func(t *testing.T) {
+		r := exec1(t, s, code(newEpisode(), "import sys\nprint('out')\nraise ValueError('boom')", 20))
+		if r.Status != schemas.StatusError || r.ExitCode != 1 {
+			t.Fatalf("got %+v", r)
+		}
+		if !strings.Contains(r.Stderr, "ValueError: boom") || !strings.HasPrefix(r.Message, "out\n\n") || !strings.Contains(r.Message, "Traceback") {
+			t.Fatalf("message %q", r.Message)
+		}
+		if strings.Contains(r.Stderr, "boot.py") {
+			t.Fatalf("traceback leaks the bootstrap frame: %q", r.Stderr)
+		}
+	})
+	t.Run("compile error", func(t *testing.T) {
+		r := exec1(t, s, code(newEpisode(), "def f(:\n  pass", 20))
+		if r.Status != schemas.StatusError || !strings.HasPrefix(r.Message, "Compilation error occurred for the code: def f(:") ||
+			!strings.Contains(r.Message, "Full traceback:\n") || !strings.Contains(r.Message, "SyntaxError") {
+			t.Fatalf("got %+v", r)
+		}
+	})
+	t.Run("sys.exit code", func(t *testing.T) {
+		r := exec1(t, s, code(newEpisode(), "import sys\nsys.exit(3)", 20))
+		if r.Status != schemas.StatusError || r.ExitCode != 3 {
+			t.Fatalf("got %+v", r)
+		}
+	})
+	t.Run("persistence within an episode", func(t *testing.T) {
+		ep := newEpisode()
+		r := exec1(t, s, code(ep, "open('state.txt','w').write('hello')\nx = 5", 20))
+		if r.Status != schemas.StatusOK {
+			t.Fatalf("write: %+v", r)
+		}
+		r = exec1(t, s, code(ep, "import os\nprint(open('state.txt').read(), os.getcwd(), 'x' in globals())", 20))
+		if strings.TrimSpace(r.Stdout) != "hello "+WorkDir+" False" {
+			t.Fatalf("second turn: %+v", r)
+		}
+		r = exec1(t, s, term(ep, "cat state.txt; echo; id -u", 20))
+		if r.Status != schemas.StatusOK || r.Message != "hello\n65534\n" {
+			t.Fatalf("terminal: %+v", r)
+		}
+	})
+	t.Run("isolation between episodes", func(t *testing.T) {
+		a, b := newEpisode(), newEpisode()
+		exec1(t, s, code(a, "open('secret_a.txt','w').write('A')", 20))
+		r := exec1(t, s, code(b, "import os\nprint(sorted(os.listdir('.')))", 20))
+		if strings.Contains(r.Stdout, "secret_a") || r.Status != schemas.StatusOK {
+			t.Fatalf("episode b sees a's files: %+v", r)
+		}
+	})
+	t.Run("replay rebuilds the workspace", func(t *testing.T) {
+		ep := newEpisode()
+		p1, _ := json.Marshal(map[string]string{"code": "open('a.txt','w').write('1\\n')"})
+		p2, _ := json.Marshal(map[string]string{"cmd": "echo 2 >> a.txt"})
+		r := code(ep, "print(open('a.txt').read().split())", 20)
+		r.Replay = []schemas.Action{{Name: schemas.ActionValidateCode, Params: p1}, {Name: schemas.ActionTerminal, Params: p2}}
+		res := exec1(t, s, r)
+		if strings.TrimSpace(res.Stdout) != "['1', '2']" {
+			t.Fatalf("replay: %+v", res)
+		}
+		// A workspace that exists is not replayed again.
+		res = exec1(t, s, r)
+		if strings.TrimSpace(res.Stdout) != "['1', '2']" {
+			t.Fatalf("second call replayed again: %+v", res)
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		r := exec1(t, s, code(newEpisode(), "import time\nprint('started', flush=True)\ntime.sleep(60)", 1))
+		if r.Status != schemas.StatusTimeout || !strings.HasPrefix(r.Message, "Process timed out after ") ||
+			!strings.Contains(r.Message, "(timeout limit: 1s)") || r.DurationMS > 10000 {
+			t.Fatalf("got %+v", r)
+		}
+		if !strings.Contains(r.Stdout, "started") {
+			t.Fatalf("output before the timeout lost: %+v", r)
+		}
+	})
+	t.Run("data mounted read-only", func(t *testing.T) {
+		r := code(newEpisode(), "import pandas as pd\ndf = pd.read_csv('/data/toy/patients.csv')\nprint(df.groupby('gender').size().to_dict())", 30)
+		r.Resources = []string{"toy"}
+		res := exec1(t, s, r)
+		if strings.TrimSpace(res.Stdout) != "{'F': 2, 'M': 1}" {
+			t.Fatalf("got %+v", res)
+		}
+	})
+	t.Run("request_info", func(t *testing.T) {
+		ep := newEpisode()
+		info := func(path, typ, key string) schemas.ExecResult {
+			p, _ := json.Marshal(map[string]string{"data_path": path, "info_type": typ, "keyterm": key})
+			r := req(ep, schemas.Action{Name: schemas.ActionRequestInfo, Params: p}, 10)
+			r.Resources = []string{"toy"}
+			return exec1(t, s, r)
+		}
+		if r := info("/data/toy/patients.csv", "column_names", ""); r.Status != schemas.StatusInfo ||
+			r.Message != "The column names are: ['subject_id', 'gender', 'diagnosis']" {
+			t.Fatalf("column_names: %+v", r)
+		}
+		if r := info("/data/toy/patients.csv", "column_values", "diagnosis"); r.Message != "The column values include: ['sepsis', 'pneumonia']" {
+			t.Fatalf("column_values: %+v", r)
+		}
+		if r := info("/data/toy", "term", "sepsi"); !strings.Contains(r.Message, "The closest values are: ['sepsis']") {
+			t.Fatalf("term: %+v", r)
+		}
+		if r := info("/data/other/x.csv", "column_names", ""); r.Status != schemas.StatusError {
+			t.Fatalf("path outside resources: %+v", r)
+		}
+	})
+	t.Run("unknown action", func(t *testing.T) {
+		r := exec1(t, s, req(newEpisode(), schemas.Action{Name: "rm_rf", Params: json.RawMessage(`{}`)}, 10))
+		if r.Status != schemas.StatusError || !strings.Contains(r.Message, "validate_code, terminal, request_info") {
+			t.Fatalf("got %+v", r)
+		}
+	})
+	t.Run("pip install fails fast", func(t *testing.T) {
+		r := exec1(t, s, term(newEpisode(), "pip install requests", 10))
+		if r.Status != schemas.StatusError || !strings.Contains(r.Message, "no network") {
+			t.Fatalf("got %+v", r)
+		}
+	})
+	t.Run("release removes the workspace", func(t *testing.T) {
+		ep := newEpisode()
+		exec1(t, s, code(ep, "open('f','w').write('1')", 10))
+		if err := s.Release(ep); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(s.workspacePath(ep)); !os.IsNotExist(err) {
+			t.Fatalf("workspace still there: %v", err)
+		}
+		r := exec1(t, s, code(ep, "import os\nprint(os.path.exists('f'))", 10))
+		if strings.TrimSpace(r.Stdout) != "False" {
+			t.Fatalf("released workspace came back: %+v", r)
+		}
+	})
+}

@@ -1,0 +1,146 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/medgym/medgym/schemas"
+)
+
+// constructor builds a Sandbox for one backend.
+type constructor func(t testing.TB, cfg Config) *Sandbox
+
+// requireBwrap skips when bubblewrap is missing, except in CI.
+func requireBwrap(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("bwrap missing in CI: %v", err)
+		}
+		t.Skip("bwrap not installed (apt-get install bubblewrap)")
+	}
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+func newWith(warm int) constructor {
+	return func(t testing.TB, cfg Config) *Sandbox {
+		t.Helper()
+		requireBwrap(t)
+		cfg.Backend = BackendBwrap
+		cfg.Warm = warm
+		if cfg.WorkRoot == "" {
+			cfg.WorkRoot = filepath.Join(openTempDir(t), "work")
+		}
+		if cfg.Limits.WallTimeout == 0 {
+			cfg.Limits = testLimits()
+		}
+		s, err := New(t.Context(), cfg, testLogger(t))
+		if err != nil {
+			t.Fatalf("new sandbox: %v", err)
+		}
+		t.Cleanup(func() {
+			if err := s.Close(); err != nil {
+				t.Errorf("close: %v", err)
+			}
+		})
+		return s
+	}
+}
+
+// backends lists every backend the suites run against.
+func backends() map[string]constructor {
+	b := map[string]constructor{"cold": newWith(0), "warm": newWith(1)}
+	if os.Getenv("MEDGYM_DOCKER") == "1" {
+		b["docker"] = newDocker
+	}
+	return b
+}
+
+func testLimits() Limits {
+	l := DefaultLimits()
+	l.MemoryBytes = 768 << 20
+	l.Pids = 64
+	l.CPUSeconds = 20
+	l.FileSizeBytes = 16 << 20
+	l.OutputBytes = 64 << 10
+	l.WallTimeout = 30 * time.Second
+	return l
+}
+
+var epSeq atomic.Int64
+
+func newEpisode() string { return fmt.Sprintf("ep-%d-%d", os.Getpid(), epSeq.Add(1)) }
+
+func code(ep, src string, timeout int) schemas.ActionRequest {
+	p, _ := json.Marshal(map[string]string{"code": src})
+	return req(ep, schemas.Action{Name: schemas.ActionValidateCode, Params: p}, timeout)
+}
+
+func term(ep, cmd string, timeout int) schemas.ActionRequest {
+	p, _ := json.Marshal(map[string]string{"cmd": cmd})
+	return req(ep, schemas.Action{Name: schemas.ActionTerminal, Params: p}, timeout)
+}
+
+func req(ep string, a schemas.Action, timeout int) schemas.ActionRequest {
+	return schemas.ActionRequest{
+		Ref:    schemas.EpisodeRef{RunID: "run", EpisodeID: ep, TaskID: "t1", Dataset: "test"},
+		Action: a, TimeoutSec: timeout,
+	}
+}
+
+func exec1(t testing.TB, s *Sandbox, r schemas.ActionRequest) schemas.ExecResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	res, err := s.Execute(ctx, r)
+	if err != nil {
+		t.Fatalf("execute: %v", err)
+	}
+	return res
+}
+
+// dataRoot finds the repository's shared data (MEDGYM_DATA or ../shared/data
+// next to the directory holding go.work).
+func dataRoot(t testing.TB) string {
+	if d := os.Getenv("MEDGYM_DATA"); d != "" {
+		return d
+	}
+	dir, _ := os.Getwd()
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return filepath.Join(dir, "..", "shared", "data")
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Skip("no go.work above the test directory and MEDGYM_DATA unset")
+		}
+		dir = parent
+	}
+}
+
+// openTempDir is t.TempDir made traversable by the sandbox user, which the
+// worker drops to before starting bwrap.
+func openTempDir(t testing.TB) string {
+	d := t.TempDir()
+	for _, p := range []string{filepath.Dir(d), d} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}

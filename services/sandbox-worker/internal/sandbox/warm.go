@@ -1,0 +1,477 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// warmPool keeps fork servers (boot.py serve) ready, each inside its own
+// bwrap sandbox with its own fresh workspace ("slot"). A new episode adopts
+// a ready server: its slot directory is renamed to the episode's workspace
+// (the bind mount follows the directory), so the server serves that one
+// episode for its whole life and never sees another episode's files. Each
+// run is a fresh child forked from the pristine server.
+type warmPool struct {
+	*bwrapBase
+	root string // WorkRoot
+	want int
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	idle   map[string][]*server // by resource key
+	keys   []resKey             // most recently used resource sets, newest first
+	bound  map[string]*server
+	slots  int
+	closed bool
+	kick   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// server is one running fork server.
+type resKey struct {
+	key    string
+	mounts []mount
+}
+
+func keyOf(m []mount) resKey {
+	k := ""
+	for _, x := range m {
+		k += x.host + "\x00" + x.inside + "\x00"
+	}
+	return resKey{key: k, mounts: m}
+}
+
+// maxKeys bounds how many resource sets get ready servers.
+const maxKeys = 2
+
+type server struct {
+	key   string
+	st    *started
+	conn  *net.UnixConn
+	dir   string // host workspace bound at /work
+	dead  chan struct{}
+	oom0  bool
+	runMu sync.Mutex
+}
+
+func newWarmPool(b *bwrapBase, root string, want int, log *slog.Logger) *warmPool {
+	p := &warmPool{bwrapBase: b, root: root, want: want, log: log, bound: map[string]*server{},
+		idle: map[string][]*server{}, keys: []resKey{{}}, kick: make(chan struct{}, 1)}
+	p.wg.Add(1)
+	go p.fill()
+	p.kick <- struct{}{}
+	return p
+}
+
+// fill keeps want idle servers ready.
+func (p *warmPool) fill() {
+	defer p.wg.Done()
+	for range p.kick {
+		for {
+			p.mu.Lock()
+			var k *resKey
+			for i := range p.keys {
+				if len(p.idle[p.keys[i].key]) < p.want {
+					k = &p.keys[i]
+					break
+				}
+			}
+			if p.closed || k == nil {
+				p.mu.Unlock()
+				break
+			}
+			key := *k
+			p.slots++
+			dir := filepath.Join(p.root, metaDir, fmt.Sprintf("slot-%d", p.slots))
+			p.mu.Unlock()
+			srv, err := p.startServer(dir, true, key)
+			if err != nil {
+				p.log.Error("sandbox: warm server start failed", "err", err)
+				break
+			}
+			p.mu.Lock()
+			if p.closed {
+				p.mu.Unlock()
+				srv.stop()
+				_ = os.RemoveAll(dir)
+				return
+			}
+			p.idle[key.key] = append(p.idle[key.key], srv)
+			p.mu.Unlock()
+		}
+	}
+}
+
+func (p *warmPool) startServer(dir string, fresh bool, key resKey) (*server, error) {
+	if fresh {
+		if err := makeWorkspace(dir, p.asRoot); err != nil {
+			return nil, err
+		}
+	}
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("warm server: socketpair: %w", err)
+	}
+	ours := os.NewFile(uintptr(fds[0]), "warm-ctl")
+	theirs := os.NewFile(uintptr(fds[1]), "warm-ctl-child")
+	defer theirs.Close()
+	fc, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		return nil, fmt.Errorf("warm server: %w", err)
+	}
+	conn := fc.(*net.UnixConn)
+	// Server-wide limits; each run's child sets its own (CPU, data, fsize...).
+	script := rlimitScript(0, p.limits.FileSizeBytes, 0, p.nproc(), p.limits.NoFile+16)
+	cmd := []string{p.python, "-s", bootPath, "serve", "5"}
+	name := fmt.Sprintf("warm-%d", p.seq.Add(1))
+	st, err := p.start(name, script, p.args(dir, key.mounts), cmd, os.Stderr, os.Stderr, []*os.File{theirs}, 512<<20)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	go func() { _, _, _ = readStatus(st.status); st.status.Close() }()
+	srv := &server{key: key.key, st: st, conn: conn, dir: dir, dead: make(chan struct{})}
+	go func() { _ = st.cmd.Wait(); close(srv.dead) }()
+	buf := make([]byte, 4096)
+	_ = conn.SetReadDeadline(time.Now().Add(2 * time.Minute))
+	n, err := conn.Read(buf)
+	if err != nil || n == 0 {
+		srv.stop()
+		return nil, fmt.Errorf("warm server: no ready message: %v", err)
+	}
+	return srv, nil
+}
+
+func (s *server) stop() {
+	s.st.kill()
+	s.conn.Close()
+	<-s.dead
+	s.st.cg.destroy()
+}
+
+func (p *warmPool) prepare(episode, path string, mounts []mount) error {
+	k := keyOf(mounts)
+	p.mu.Lock()
+	var srv *server
+	if q := p.idle[k.key]; len(q) > 0 {
+		srv = q[0]
+		p.idle[k.key] = q[1:]
+	}
+	p.touchKey(k)
+	p.mu.Unlock()
+	if srv == nil {
+		return makeWorkspace(path, p.asRoot)
+	}
+	if err := os.Rename(srv.dir, path); err != nil {
+		srv.stop()
+		_ = os.RemoveAll(srv.dir)
+		return fmt.Errorf("warm adopt: %w", err)
+	}
+	srv.dir = path
+	p.mu.Lock()
+	p.bound[episode] = srv
+	p.mu.Unlock()
+	return nil
+}
+
+// touchKey records k as the most recently used resource set, evicts the
+// idle servers of sets that fall out, and wakes the filler. Call with p.mu.
+func (p *warmPool) touchKey(k resKey) {
+	keys := []resKey{k}
+	for _, x := range p.keys {
+		if x.key != k.key {
+			keys = append(keys, x)
+		}
+	}
+	for len(keys) > maxKeys {
+		old := keys[len(keys)-1]
+		keys = keys[:len(keys)-1]
+		for _, s := range p.idle[old.key] {
+			go func() { s.stop(); _ = os.RemoveAll(s.dir) }()
+		}
+		delete(p.idle, old.key)
+	}
+	p.keys = keys
+	if !p.closed {
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// serverFor returns the episode's server, starting one on the existing
+// workspace when it has none (first use without a ready server, or after a
+// timeout killed the previous one).
+func (p *warmPool) serverFor(episode, workspace string, mounts []mount) (*server, error) {
+	k := keyOf(mounts)
+	p.mu.Lock()
+	srv := p.bound[episode]
+	p.mu.Unlock()
+	if srv != nil && srv.key != k.key {
+		p.drop(episode, srv)
+		srv = nil
+	}
+	if srv != nil {
+		select {
+		case <-srv.dead:
+			srv.stop()
+			srv = nil
+		default:
+		}
+	}
+	if srv != nil {
+		return srv, nil
+	}
+	srv, err := p.startServer(workspace, false, k)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		srv.stop()
+		return nil, errors.New("warm pool closed")
+	}
+	p.bound[episode] = srv
+	p.mu.Unlock()
+	return srv, nil
+}
+
+type warmReq struct {
+	Mode   string         `json:"mode"`
+	Cwd    string         `json:"cwd"`
+	Limits map[string]any `json:"limits"`
+}
+
+type warmResp struct {
+	Status int    `json:"status"`
+	MaxRSS int64  `json:"maxrss"`
+	Error  string `json:"error"`
+}
+
+func (p *warmPool) run(ctx context.Context, spec runSpec) (runOutput, error) {
+	var out runOutput
+	srv, err := p.serverFor(spec.episode, spec.workspace, spec.mounts)
+	if err != nil {
+		return out, err
+	}
+	srv.runMu.Lock()
+	defer srv.runMu.Unlock()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return out, fmt.Errorf("warm run: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return out, fmt.Errorf("warm run: %w", err)
+	}
+	codeR, codeW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
+		return out, fmt.Errorf("warm run: %w", err)
+	}
+	mode := "python"
+	if spec.shell {
+		mode = "shell"
+	}
+	req, _ := json.Marshal(warmReq{Mode: mode, Cwd: WorkDir, Limits: map[string]any{
+		"cpu": p.limits.CPUSeconds, "fsize": p.limits.FileSizeBytes, "nofile": p.limits.NoFile,
+		"nproc": p.nproc(), "data": p.limits.MemoryBytes}})
+	oomBefore := srv.st.cg != nil && srv.st.cg.oomKilled()
+	begin := time.Now()
+	_, _, err = srv.conn.WriteMsgUnix(req, syscall.UnixRights(int(outW.Fd()), int(errW.Fd()), int(codeR.Fd())), nil)
+	outW.Close()
+	errW.Close()
+	codeR.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		codeW.Close()
+		p.drop(spec.episode, srv)
+		return out, fmt.Errorf("warm run: send: %w", err)
+	}
+	go func() { _, _ = codeW.WriteString(spec.code); codeW.Close() }()
+
+	var kmu sync.Mutex
+	var cause error
+	kill := func(c error) {
+		kmu.Lock()
+		first := cause == nil
+		if first {
+			cause = c
+		}
+		kmu.Unlock()
+		if first {
+			srv.st.kill()
+		}
+	}
+	hard := int64(p.limits.OutputBytes) * 64
+	stdout := newCapBuffer(p.limits.OutputBytes, hard, func() { kill(errFlood) })
+	stderr := newCapBuffer(p.limits.OutputBytes, hard, func() { kill(errFlood) })
+	var wg sync.WaitGroup
+	wg.Go(func() { copyAll(stdout, outR) })
+	wg.Go(func() { copyAll(stderr, errR) })
+
+	respCh := make(chan warmResp, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		n, err := srv.conn.Read(buf)
+		var r warmResp
+		if err != nil || json.Unmarshal(buf[:n], &r) != nil {
+			r.Error = fmt.Sprintf("no reply from warm server: %v", err)
+		}
+		respCh <- r
+	}()
+	timer := time.NewTimer(spec.timeout)
+	defer timer.Stop()
+	var resp warmResp
+	select {
+	case resp = <-respCh:
+	case <-timer.C:
+		kill(errTimeout)
+		resp = <-respCh
+	case <-ctx.Done():
+		kill(context.Cause(ctx))
+		resp = <-respCh
+	}
+	out.duration = time.Since(begin)
+	kmu.Lock()
+	cause = errors.Join(cause) // read under the lock; kill is done by now
+	kmu.Unlock()
+	if cause != nil || resp.Error != "" {
+		// The server is (or must be) dead: everything in it goes.
+		srv.st.kill()
+	}
+	wg.Wait()
+	outR.Close()
+	errR.Close()
+	out.stdout, out.truncated = stdout.result()
+	var tr bool
+	out.stderr, tr = stderr.result()
+	out.truncated = out.truncated || tr
+	if srv.st.cg != nil {
+		out.oom = !oomBefore && srv.st.cg.oomKilled()
+		out.pidsHit = srv.st.cg.pidsHit()
+	}
+	out.peak = resp.MaxRSS
+	switch {
+	case errors.Is(cause, errTimeout):
+		out.timedOut, out.exitCode, out.signal = true, -1, syscall.SIGKILL
+	case errors.Is(cause, errFlood):
+		out.flood, out.exitCode, out.signal = true, -1, syscall.SIGKILL
+	case cause != nil:
+		p.drop(spec.episode, srv)
+		return out, fmt.Errorf("warm run canceled: %w", cause)
+	case resp.Error != "":
+		p.drop(spec.episode, srv)
+		select {
+		case <-srv.dead:
+			// Only the episode's own code runs in the server's sandbox, so a
+			// server that died mid-run was killed by that code (or the OOM
+			// killer): report it as killed; the next turn starts a new server.
+			out.exitCode, out.signal = -1, syscall.SIGKILL
+			return out, nil
+		default:
+		}
+		return out, errors.New("warm run: " + resp.Error)
+	default:
+		ws := syscall.WaitStatus(resp.Status)
+		if ws.Signaled() {
+			out.exitCode, out.signal = -1, ws.Signal()
+		} else {
+			out.exitCode = ws.ExitStatus()
+		}
+	}
+	if cause != nil {
+		p.drop(spec.episode, srv)
+	}
+	return out, nil
+}
+
+func copyAll(w *capBuffer, r *os.File) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			_, _ = w.Write(buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// drop forgets and stops an episode's server (the workspace stays).
+func (p *warmPool) drop(episode string, srv *server) {
+	p.mu.Lock()
+	if p.bound[episode] == srv {
+		delete(p.bound, episode)
+	}
+	p.mu.Unlock()
+	srv.stop()
+}
+
+func (p *warmPool) release(episode string) {
+	p.mu.Lock()
+	srv := p.bound[episode]
+	delete(p.bound, episode)
+	p.mu.Unlock()
+	if srv != nil {
+		srv.stop()
+	}
+}
+
+func (p *warmPool) reap(live func(string) bool) (int, error) {
+	p.mu.Lock()
+	var stale []string
+	for ep := range p.bound {
+		if !live(ep) {
+			stale = append(stale, ep)
+		}
+	}
+	p.mu.Unlock()
+	for _, ep := range stale {
+		p.release(ep)
+	}
+	return len(stale), nil
+}
+
+func (p *warmPool) close() error {
+	p.mu.Lock()
+	p.closed = true
+	close(p.kick)
+	p.mu.Unlock()
+	p.wg.Wait()
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = map[string][]*server{}
+	bound := p.bound
+	p.bound = map[string]*server{}
+	p.mu.Unlock()
+	for _, q := range idle {
+		for _, s := range q {
+			s.stop()
+			_ = os.RemoveAll(s.dir)
+		}
+	}
+	for _, s := range bound {
+		s.stop()
+	}
+	return nil
+}

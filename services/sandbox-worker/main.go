@@ -1,0 +1,65 @@
+// Command sandbox-worker executes agent actions in isolated sandboxes
+// (bubblewrap by default, Docker optionally). See README.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/services/sandbox-worker/service"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox-worker:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sandbox-worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	host, _ := os.Hostname()
+	natsURL := fs.String("nats", envOr(getenv, "MEDGYM_NATS", "nats://127.0.0.1:4222"), "NATS URL (env MEDGYM_NATS)")
+	data := fs.String("data", envOr(getenv, "MEDGYM_DATA", "../shared/data"), "data root; task resources are mounted read-only from here (env MEDGYM_DATA)")
+	backend := fs.String("backend", "bwrap", "sandbox backend: bwrap or docker")
+	workRoot := fs.String("work-root", "", "directory for per-episode workspaces (default: a temp dir)")
+	warm := fs.Int("warm", 0, "warm Python interpreters (0 = cold runs)")
+	conc := fs.Int("concurrency", 2, "actions at once")
+	memMB := fs.Int("memory-mb", 2048, "memory limit of one run")
+	name := fs.String("name", host+"/sandbox-worker", "worker name recorded in observations")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "sandbox-worker")
+	log.Info("config", "nats", *natsURL, "data", *data, "backend", *backend, "warm", *warm, "concurrency", *conc)
+	conn, err := bus.Connect(ctx, *natsURL, "sandbox-worker", log)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+		return err
+	}
+	return service.Run(ctx, conn, service.Config{
+		Sandbox: service.SandboxConfig{Backend: *backend, DataRoot: *data, WorkRoot: *workRoot, Warm: *warm,
+			Limits: service.Limits{MemoryBytes: int64(*memMB) << 20}},
+		Concurrency: *conc, Worker: *name,
+	}, log)
+}
+
+func envOr(getenv func(string) string, k, def string) string {
+	if v := getenv(k); v != "" {
+		return v
+	}
+	return def
+}

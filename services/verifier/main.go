@@ -1,0 +1,66 @@
+// Command verifier checks code executions against the ground truth,
+// scores finished episodes and writes their trajectories to the store.
+// See README.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/services/verifier/service"
+	"github.com/medgym/medgym/store"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "verifier:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("verifier", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	natsURL := fs.String("nats", envOr(getenv, "MEDGYM_NATS", "nats://127.0.0.1:4222"), "NATS URL (env MEDGYM_NATS)")
+	data := fs.String("data", envOr(getenv, "MEDGYM_DATA", "../shared/data"), "shared data root: ground truth (env MEDGYM_DATA)")
+	tasksDir := fs.String("tasks-dir", "", "upstream MedAgentGym task folder")
+	storeURL := fs.String("store", envOr(getenv, "MEDGYM_STORE", "runs"), "trajectory store: a directory or s3://bucket/prefix (env MEDGYM_STORE)")
+	endpoint := fs.String("s3-endpoint", "", "S3 endpoint host:port (default $AWS_ENDPOINT_URL); credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY")
+	insecure := fs.Bool("s3-insecure", false, "plain HTTP to the S3 endpoint")
+	conc := fs.Int("concurrency", 32, "episodes scored and stored at once (rows per Parquet file at most)")
+	formatReward := fs.Float64("format-reward", 0, "reward added when every turn parsed (paper's GRPO setup); 0 = off")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "verifier")
+	log.Info("config", "nats", *natsURL, "data", *data, "store", *storeURL, "concurrency", *conc)
+	conn, err := bus.Connect(ctx, *natsURL, "verifier", log)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+		return err
+	}
+	return service.Run(ctx, conn, service.Config{
+		DataRoot: *data, TasksDir: *tasksDir, Store: *storeURL,
+		StoreOptions: store.Options{Endpoint: *endpoint, UseSSL: !*insecure},
+		Concurrency:  *conc, FormatReward: *formatReward,
+	}, log)
+}
+
+func envOr(getenv func(string) string, k, def string) string {
+	if v := getenv(k); v != "" {
+		return v
+	}
+	return def
+}

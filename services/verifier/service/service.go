@@ -1,0 +1,148 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/schemas/parquet"
+	"github.com/medgym/medgym/services/verifier/internal/verify"
+	"github.com/medgym/medgym/store"
+	"github.com/medgym/medgym/tasks"
+)
+
+// Config of the verifier.
+type Config struct {
+	DataRoot string
+	TasksDir string
+	// Store is a directory or s3://bucket/prefix; StoreOptions has the S3
+	// endpoint and credentials.
+	Store        string
+	StoreOptions store.Options
+	// Concurrency bounds episodes being scored and stored at once; it is
+	// also the most rows one Parquet file holds.
+	Concurrency int
+	// BatchAge rolls a file at least this often while episodes arrive.
+	BatchAge time.Duration
+	// FormatReward is added for episodes whose every turn parsed.
+	FormatReward float64
+	AckWait      time.Duration
+}
+
+// Run serves until ctx is done.
+func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) error {
+	if cfg.Concurrency < 1 {
+		cfg.Concurrency = 32
+	}
+	if cfg.BatchAge == 0 {
+		cfg.BatchAge = time.Second
+	}
+	if cfg.AckWait == 0 {
+		cfg.AckWait = 60 * time.Second
+	}
+	st, err := store.Open(ctx, cfg.Store, cfg.StoreOptions)
+	if err != nil {
+		return fmt.Errorf("verifier: %w", err)
+	}
+	batch := store.NewBatcher(st, cfg.Concurrency, cfg.BatchAge, log)
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := batch.Close(cctx); err != nil {
+			log.Warn("close batcher", "err", err)
+		}
+	}()
+	v := &verifier{conn: conn, lib: tasks.NewCache(cfg.DataRoot, cfg.TasksDir), batch: batch, cfg: cfg, log: log}
+
+	rt, err := bus.NewRouter(conn, log)
+	if err != nil {
+		return err
+	}
+	if err := bus.Handle(rt, "verifier-observations", bus.HandlerOptions{Concurrency: 8,
+		ConsumerOptions: bus.ConsumerOptions{Stream: schemas.StreamObservations, Durable: schemas.DurableVerifierObs,
+			Subject: schemas.ObservationProduced, AckWait: cfg.AckWait}}, v.check); err != nil {
+		return err
+	}
+	if err := bus.Handle(rt, "verifier-results", bus.HandlerOptions{Concurrency: cfg.Concurrency,
+		ConsumerOptions: bus.ConsumerOptions{Stream: schemas.StreamResults, Durable: schemas.DurableVerifierResults,
+			Subject: schemas.EpisodeCompleted, AckWait: cfg.AckWait, MaxDeliver: -1}}, v.score); err != nil {
+		return err
+	}
+	log.Info("verifier running", "store", st.String(), "strict", verify.VersionFor(verify.Strict), "upstream", verify.VersionFor(verify.Upstream))
+	return rt.Run(ctx)
+}
+
+type verifier struct {
+	conn  *bus.Conn
+	lib   *tasks.Cache
+	batch *store.Batcher
+	cfg   Config
+	log   *slog.Logger
+}
+
+// check adds the verdict to a code execution that asked for one and passes
+// the observation on.
+func (v *verifier) check(ctx context.Context, obs schemas.Observation) error {
+	if obs.CheckWanted && obs.Action == schemas.ActionValidateCode {
+		mode, err := verify.ParseMode(obs.VerifierMode)
+		if err != nil {
+			return bus.Permanent(err)
+		}
+		truth, err := v.lib.Truth(ctx, obs.Ref.Dataset, obs.Ref.Split, obs.Ref.TaskID)
+		if err != nil {
+			return bus.Permanent(fmt.Errorf("check %s turn %d: %w", obs.Ref.EpisodeID, obs.Ref.Turn, err))
+		}
+		c := verify.CheckOutput(mode, obs.Ref.Dataset, truth, obs.Result)
+		obs.Check = &c
+	}
+	return v.conn.Publish(ctx, schemas.ObservationChecked.For(obs.Ref.RunID),
+		schemas.MsgID(obs.Ref.EpisodeID, obs.Ref.Turn, "checked"), obs)
+}
+
+// score scores a finished episode, stores it, and publishes the score.
+func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
+	req := res.Request
+	mode, err := verify.ParseMode(req.Options.VerifierMode)
+	if err != nil {
+		mode = verify.Strict
+		res.Error = joinErr(res.Error, err.Error())
+	}
+	sc := schemas.Score{
+		RunID: req.RunID, EpisodeID: req.EpisodeID, TaskID: req.Task.ID, Dataset: req.Task.Dataset,
+		Category: req.Task.Category, SampleIndex: req.SampleIndex, PolicyVersion: req.Policy.Version,
+		NumTurns: len(res.Turns), VerifierVersion: verify.VersionFor(mode), ScoredAt: time.Now().UTC(),
+	}
+	truth, err := v.lib.Truth(ctx, req.Task.Dataset, req.Task.Split, req.Task.ID)
+	if err != nil {
+		sc.Outcome = schemas.OutcomeInfraFailure
+		res.Error = joinErr(res.Error, "ground truth: "+err.Error())
+	} else {
+		var verdict string
+		sc.Outcome, sc.Reward, verdict = verify.Score(verify.Options{Mode: mode, FormatReward: v.cfg.FormatReward}, truth, res)
+		if sc.Outcome != schemas.OutcomeCorrect && verdict != "" {
+			res.Error = joinErr(res.Error, verdict)
+		}
+	}
+	row := parquet.FromEpisode(res, sc, string(mode))
+	done := make(chan error, 1)
+	v.batch.Add(row, func(err error) { done <- err })
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("store episode %s: %w", req.EpisodeID, err)
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return v.conn.Publish(ctx, schemas.EpisodeScored.For(req.RunID), schemas.MsgID(req.EpisodeID, "scored"), sc)
+}
+
+func joinErr(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
