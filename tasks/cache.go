@@ -9,8 +9,9 @@ import (
 // Cache loads task sets on first use and looks tasks up by id. It is safe
 // for concurrent use; services share one per process.
 type Cache struct {
-	DataRoot string
-	TasksDir string
+	DataRoot   string
+	TasksDir   string
+	LibraryDir string
 
 	mu   sync.Mutex
 	sets map[string]Index // "dataset/split" → index
@@ -18,8 +19,8 @@ type Cache struct {
 
 // NewCache returns a cache over dataRoot (built-in sets) or tasksDir
 // (upstream folders, when non-empty).
-func NewCache(dataRoot, tasksDir string) *Cache {
-	return &Cache{DataRoot: dataRoot, TasksDir: tasksDir, sets: map[string]Index{}}
+func NewCache(dataRoot, tasksDir, libraryDir string) *Cache {
+	return &Cache{DataRoot: dataRoot, TasksDir: tasksDir, LibraryDir: libraryDir, sets: map[string]Index{}}
 }
 
 // Task returns the task id of dataset/split.
@@ -29,7 +30,7 @@ func (c *Cache) Task(ctx context.Context, dataset, split, id string) (*Task, err
 	ix, ok := c.sets[key]
 	c.mu.Unlock()
 	if !ok {
-		ts, err := Load(ctx, Source{Dataset: dataset, Split: split, DataRoot: c.DataRoot, TasksDir: c.TasksDir})
+		ts, err := Load(ctx, Source{Dataset: dataset, Split: split, DataRoot: c.DataRoot, TasksDir: c.TasksDir, LibraryDir: c.LibraryDir})
 		if err != nil {
 			return nil, err
 		}

@@ -44,6 +44,11 @@ type Source struct {
 	DataRoot string
 	// TasksDir, when set, is an upstream MedAgentGym data directory.
 	TasksDir string
+	// LibraryDir holds generated task sets and their data resources
+	// (databases, CSVs): <LibraryDir>/<dataset>/... It is built from
+	// DataRoot by Generate (`medgym tasks generate`, run by `make library`).
+	// The sandbox mounts task resources from here.
+	LibraryDir string
 }
 
 // ErrUnknownDataset is returned for a dataset name no loader knows.
@@ -55,11 +60,12 @@ type Loader func(ctx context.Context, src Source) ([]Task, error)
 // loaders lists the built-in datasets explicitly.
 var loaders = map[string]Loader{
 	MedCalcDataset: loadMedCalc,
+	"mimic_iii":    loadLibrary,
+	"eicu":         loadLibrary,
+	"treqs":        loadLibrary,
+	"biostat":      loadLibrary,
+	"npowerai":     loadLibrary,
 }
-
-// Register adds a built-in dataset loader. It is called from this package's
-// dataset files only (no init side effects elsewhere).
-func register(name string, l Loader) { loaders[name] = l }
 
 // Datasets lists the built-in dataset names.
 func Datasets() []string {

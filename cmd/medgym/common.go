@@ -28,6 +28,24 @@ func defaultDataRoot() string {
 	}
 }
 
+// defaultLibraryDir is build/library in the repository holding the working
+// directory ($MEDGYM_LIBRARY overrides).
+func defaultLibraryDir() string {
+	if d := os.Getenv("MEDGYM_LIBRARY"); d != "" {
+		return d
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "build/library"
+	}
+	for d := dir; filepath.Dir(d) != d; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
+			return filepath.Join(d, "build", "library")
+		}
+	}
+	return "build/library"
+}
+
 func newLogger(w io.Writer, level string) *slog.Logger {
 	var l slog.Level
 	switch strings.ToLower(level) {

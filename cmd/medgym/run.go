@@ -130,8 +130,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	log := newLogger(stderr, f.logLevel)
-	res, err := runSpec(ctx, spec, &f, stderr, log)
+	res, err := runSpec(ctx, spec, &f, stderr)
 	if err != nil {
 		return err
 	}
@@ -174,7 +173,7 @@ func printSummary(w io.Writer, r runResult) {
 // preflight fails fast, with the fix, on what would make every episode fail.
 func preflight(ctx context.Context, spec schemas.RunSpec, f *runFlags) error {
 	for _, ds := range spec.Datasets {
-		ts, err := tasks.Load(ctx, tasks.Source{Dataset: ds, Split: spec.Split, DataRoot: f.data, TasksDir: f.tasksDir})
+		ts, err := tasks.Load(ctx, tasks.Source{Dataset: ds, Split: spec.Split, DataRoot: f.data, TasksDir: f.tasksDir, LibraryDir: f.library})
 		if err != nil {
 			return fmt.Errorf("%w (data root %s; set --data or MEDGYM_DATA)", err, f.data)
 		}
@@ -205,9 +204,7 @@ func preflight(ctx context.Context, spec schemas.RunSpec, f *runFlags) error {
 
 // runSpec submits spec and follows it to completion; without --nats it
 // first starts an embedded server and every service in-process.
-func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.Writer, log interface {
-	Info(string, ...any)
-}) (runResult, error) {
+func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.Writer) (runResult, error) {
 	start := time.Now()
 	if err := preflight(ctx, spec, f); err != nil {
 		return runResult{}, err

@@ -21,6 +21,7 @@ import (
 // serviceFlags are the flags shared by run and serve for in-process services.
 type serviceFlags struct {
 	data, tasksDir      string
+	library             string
 	store               string
 	s3Endpoint          string
 	s3Region            string
@@ -38,6 +39,7 @@ type serviceFlags struct {
 
 func (f *serviceFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.data, "data", defaultDataRoot(), "shared data root (task sources); env MEDGYM_DATA")
+	fs.StringVar(&f.library, "library", defaultLibraryDir(), "generated task library (databases, task files); built by `make library`")
 	fs.StringVar(&f.tasksDir, "tasks-dir", "", "upstream MedAgentGym task folder (instead of the built-in library)")
 	fs.StringVar(&f.store, "store", "runs", "trajectory store: a directory or s3://bucket/prefix")
 	fs.StringVar(&f.s3Endpoint, "s3-endpoint", "", "S3 endpoint host:port (default $AWS_ENDPOINT_URL); credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")
@@ -63,24 +65,24 @@ func startServices(ctx context.Context, conn *bus.Conn, f *serviceFlags, llmURL 
 	host, _ := os.Hostname()
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return dispatcher.Run(ctx, conn, dispatcher.Config{DataRoot: f.data}, log.With("service", "dispatcher"))
+		return dispatcher.Run(ctx, conn, dispatcher.Config{DataRoot: f.data, LibraryDir: f.library}, log.With("service", "dispatcher"))
 	})
 	g.Go(func() error {
 		return llmworker.Run(ctx, conn, llmworker.Config{
-			DataRoot: f.data, TasksDir: f.tasksDir, Concurrency: f.llmConcurrency, Worker: host + "/llm-worker",
+			DataRoot: f.data, TasksDir: f.tasksDir, LibraryDir: f.library, Concurrency: f.llmConcurrency, Worker: host + "/llm-worker",
 			LLM: llmworker.ClientDefaults{DefaultBaseURL: llmURL, Timeout: f.llmTimeout, MaxRetries: f.llmRetries},
 		}, log.With("service", "llm-worker"))
 	})
 	g.Go(func() error {
 		lim := sandboxworker.Limits{MemoryBytes: int64(f.memoryMB) << 20}
 		return sandboxworker.Run(ctx, conn, sandboxworker.Config{
-			Sandbox:     sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: f.data, Warm: f.warm, Limits: lim},
+			Sandbox:     sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: f.library, Warm: f.warm, Limits: lim},
 			Concurrency: f.sandboxConcurrency, Worker: host + "/sandbox-worker",
 		}, log.With("service", "sandbox-worker"))
 	})
 	g.Go(func() error {
 		return verifier.Run(ctx, conn, verifier.Config{
-			DataRoot: f.data, TasksDir: f.tasksDir, Store: f.store, StoreOptions: f.storeOptions(),
+			DataRoot: f.data, TasksDir: f.tasksDir, LibraryDir: f.library, Store: f.store, StoreOptions: f.storeOptions(),
 			Concurrency: f.verifierConcurrency,
 		}, log.With("service", "verifier"))
 	})

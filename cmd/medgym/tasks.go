@@ -17,13 +17,17 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("usage: medgym tasks stats|show|list|verify [flags]")
 	}
 	sub, args := args[0], args[1:]
-	if sub == "verify" {
+	switch sub {
+	case "verify":
 		return cmdTasksVerify(ctx, args, stdout, stderr)
+	case "generate":
+		return cmdTasksGenerate(ctx, args, stdout, stderr)
 	}
 	fs := flag.NewFlagSet("tasks "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	data := fs.String("data", defaultDataRoot(), "shared data root")
 	tasksDir := fs.String("tasks-dir", "", "upstream MedAgentGym task folder")
+	library := fs.String("library", defaultLibraryDir(), "generated task library")
 	datasets := fs.String("dataset", strings.Join(tasks.Datasets(), ","), "dataset(s)")
 	splits := fs.String("split", "train,test", "split(s)")
 	format := fs.String("format", "text", "text or json")
@@ -34,7 +38,7 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		var all []tasks.Task
 		for _, ds := range splitList(*datasets) {
 			for _, sp := range splitList(*splits) {
-				ts, err := tasks.Load(ctx, tasks.Source{Dataset: ds, Split: sp, DataRoot: *data, TasksDir: *tasksDir})
+				ts, err := tasks.Load(ctx, tasks.Source{Dataset: ds, Split: sp, DataRoot: *data, TasksDir: *tasksDir, LibraryDir: *library})
 				if err != nil {
 					return nil, err
 				}
@@ -128,7 +132,7 @@ func cmdTasksVerify(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	res, err := runSpec(ctx, spec, &f, stderr, newLogger(stderr, f.logLevel))
+	res, err := runSpec(ctx, spec, &f, stderr)
 	if err != nil {
 		return err
 	}
@@ -137,5 +141,23 @@ func cmdTasksVerify(ctx context.Context, args []string, stdout, stderr io.Writer
 	if pass != res.Total {
 		return fmt.Errorf("%d reference solutions failed; inspect with: medgym query --store %s \"SELECT task_id, outcome, error FROM trajectories WHERE run_id='%s' AND outcome<>'correct'\"", res.Total-pass, f.store, res.RunID)
 	}
+	return nil
+}
+
+// cmdTasksGenerate builds the generated task sets (databases, task files)
+// from the shared data: deterministic, same seed → identical files.
+func cmdTasksGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tasks generate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	data := fs.String("data", defaultDataRoot(), "shared data root")
+	library := fs.String("library", defaultLibraryDir(), "output directory")
+	datasets := fs.String("dataset", "", "datasets to generate (default: all generated ones)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := tasks.Generate(ctx, *data, *library, splitList(*datasets)); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "task library written to %s\n", *library)
 	return nil
 }

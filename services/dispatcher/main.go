@@ -30,6 +30,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	fs.SetOutput(stderr)
 	natsURL := fs.String("nats", envOr(getenv, "MEDGYM_NATS", "nats://127.0.0.1:4222"), "NATS URL (env MEDGYM_NATS)")
 	data := fs.String("data", envOr(getenv, "MEDGYM_DATA", "../shared/data"), "shared data root (env MEDGYM_DATA)")
+	library := fs.String("library", envOr(getenv, "MEDGYM_LIBRARY", "build/library"), "generated task library (env MEDGYM_LIBRARY)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -43,7 +44,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
 		return err
 	}
-	return service.Run(ctx, conn, service.Config{DataRoot: *data}, log)
+	return service.Run(ctx, conn, service.Config{DataRoot: *data, LibraryDir: *library}, log)
 }
 
 func envOr(getenv func(string) string, k, def string) string {

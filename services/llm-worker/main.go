@@ -43,6 +43,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	maxCompletion := fs.Bool("max-completion-tokens", false, "send max_completion_tokens instead of max_tokens")
 	systemAsUser := fs.Bool("system-as-user", false, "fold the system prompt into the first user message")
 	name := fs.String("name", host+"/llm-worker", "worker name recorded in trajectories")
+	library := fs.String("library", envOr(getenv, "MEDGYM_LIBRARY", "build/library"), "generated task library (env MEDGYM_LIBRARY)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -57,7 +58,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	return service.Run(ctx, conn, service.Config{
-		DataRoot: *data, TasksDir: *tasksDir, Concurrency: *conc, Worker: *name, SystemAsUser: *systemAsUser,
+		DataRoot: *data, TasksDir: *tasksDir, LibraryDir: *library, Concurrency: *conc, Worker: *name, SystemAsUser: *systemAsUser,
 		LLM: service.ClientDefaults{DefaultBaseURL: *llmURL, Timeout: *timeout, MaxRetries: *retries, MaxConcurrent: *maxConc,
 			NoTemperature: *noTemp, UseMaxCompletionTokens: *maxCompletion, Getenv: getenv},
 	}, log)

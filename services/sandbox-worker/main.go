@@ -30,7 +30,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	fs.SetOutput(stderr)
 	host, _ := os.Hostname()
 	natsURL := fs.String("nats", envOr(getenv, "MEDGYM_NATS", "nats://127.0.0.1:4222"), "NATS URL (env MEDGYM_NATS)")
-	data := fs.String("data", envOr(getenv, "MEDGYM_DATA", "../shared/data"), "data root; task resources are mounted read-only from here (env MEDGYM_DATA)")
+	data := fs.String("library", envOr(getenv, "MEDGYM_LIBRARY", "build/library"), "generated task library; task resources are mounted read-only from here (env MEDGYM_LIBRARY)")
 	backend := fs.String("backend", "bwrap", "sandbox backend: bwrap or docker")
 	workRoot := fs.String("work-root", "", "directory for per-episode workspaces (default: a temp dir)")
 	warm := fs.Int("warm", 0, "warm Python interpreters (0 = cold runs)")

@@ -38,6 +38,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	insecure := fs.Bool("s3-insecure", false, "plain HTTP to the S3 endpoint")
 	conc := fs.Int("concurrency", 32, "episodes scored and stored at once (rows per Parquet file at most)")
 	formatReward := fs.Float64("format-reward", 0, "reward added when every turn parsed (paper's GRPO setup); 0 = off")
+	library := fs.String("library", envOr(getenv, "MEDGYM_LIBRARY", "build/library"), "generated task library (env MEDGYM_LIBRARY)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -52,7 +53,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	return service.Run(ctx, conn, service.Config{
-		DataRoot: *data, TasksDir: *tasksDir, Store: *storeURL,
+		DataRoot: *data, TasksDir: *tasksDir, LibraryDir: *library, Store: *storeURL,
 		StoreOptions: store.Options{Endpoint: *endpoint, UseSSL: !*insecure},
 		Concurrency:  *conc, FormatReward: *formatReward,
 	}, log)

@@ -20,7 +20,8 @@ import (
 
 // Config of the dispatcher.
 type Config struct {
-	DataRoot string
+	DataRoot   string
+	LibraryDir string
 	// Tick is how often a run's admission loop re-counts scores when no
 	// score event woke it (default 500 ms).
 	Tick time.Duration
@@ -144,7 +145,7 @@ func (d *Dispatcher) put(ctx context.Context, st schemas.RunStatus, rev uint64) 
 func (d *Dispatcher) plan(ctx context.Context, spec schemas.RunSpec) (*dispatch.Plan, error) {
 	var all []tasks.Task
 	for _, ds := range spec.Datasets {
-		ts, err := tasks.Load(ctx, tasks.Source{Dataset: ds, Split: spec.Split, DataRoot: d.cfg.DataRoot, TasksDir: spec.TasksDir})
+		ts, err := tasks.Load(ctx, tasks.Source{Dataset: ds, Split: spec.Split, DataRoot: d.cfg.DataRoot, TasksDir: spec.TasksDir, LibraryDir: d.cfg.LibraryDir})
 		if err != nil {
 			return nil, err
 		}

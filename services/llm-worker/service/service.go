@@ -20,8 +20,9 @@ import (
 // Config of the llm-worker.
 type Config struct {
 	// DataRoot and TasksDir locate reference solutions (reference policy).
-	DataRoot string
-	TasksDir string
+	DataRoot   string
+	TasksDir   string
+	LibraryDir string
 	// Concurrency is the number of episode steps this process runs at once.
 	Concurrency int
 	// Worker names this process in trajectories.
@@ -46,7 +47,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if err != nil {
 		return fmt.Errorf("llm-worker: episode state bucket: %w", err)
 	}
-	lib := tasks.NewCache(cfg.DataRoot, cfg.TasksDir)
+	lib := tasks.NewCache(cfg.DataRoot, cfg.TasksDir, cfg.LibraryDir)
 	pool := &policy.OpenAIPool{Defaults: cfg.LLM}
 	eng := &episode.Engine{
 		Worker:       cfg.Worker,

@@ -16,8 +16,9 @@ import (
 
 // Config of the verifier.
 type Config struct {
-	DataRoot string
-	TasksDir string
+	DataRoot   string
+	TasksDir   string
+	LibraryDir string
 	// Store is a directory or s3://bucket/prefix; StoreOptions has the S3
 	// endpoint and credentials.
 	Store        string
@@ -55,7 +56,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 			log.Warn("close batcher", "err", err)
 		}
 	}()
-	v := &verifier{conn: conn, lib: tasks.NewCache(cfg.DataRoot, cfg.TasksDir), batch: batch, cfg: cfg, log: log}
+	v := &verifier{conn: conn, lib: tasks.NewCache(cfg.DataRoot, cfg.TasksDir, cfg.LibraryDir), batch: batch, cfg: cfg, log: log}
 
 	rt, err := bus.NewRouter(conn, log)
 	if err != nil {

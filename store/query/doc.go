@@ -1,0 +1,9 @@
+// Package query runs SQL over a local copy of the trajectory store with
+// DuckDB. The SQL sees a view named trajectories over every Parquet file
+// under <dir>/trajectories (Hive partitioning on, so run and dataset are
+// columns; union_by_name on, so files of different schema versions mix).
+//
+// DuckDB cannot read s3:// here (its httpfs extension cannot be installed
+// offline): copy an S3 store first with store.Store.CopyLocal. This package
+// links DuckDB (cgo, ~70 MB); services must import only package store.
+package query

@@ -1,0 +1,258 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/medgym/medgym/schemas/parquet"
+	"github.com/medgym/medgym/store"
+)
+
+// row builds a full row with a turn that carries token ids and logprobs.
+func row(run, ep, dataset, outcome string) parquet.Row {
+	temp := 0.6
+	start := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC).Add(time.Duration(len(ep)) * time.Microsecond)
+	return parquet.Row{
+		RunID: run, EpisodeID: ep, TaskID: "task-" + ep, Dataset: dataset, Category: "ehr", Split: "test",
+		SampleIndex: 1, Attempt: 0, Policy: "openai", Model: "m", PolicyVersion: 2, Temperature: &temp,
+		Reward: map[bool]float64{true: 1}[outcome == "correct"], Outcome: outcome, Termination: "accepted",
+		NumTurns: 1, FinalAnswer: "42", StartedAt: start, FinishedAt: start.Add(time.Second),
+		VerifierVersion: "v1", VerifierMode: "strict", SchemaVersion: parquet.SchemaVersion,
+		PromptTokens: 10, CompletionTokens: 3,
+		Messages: []parquet.Message{{Role: "user", Content: "q"}, {Role: "assistant", Content: "a"}},
+		Turns: []parquet.Turn{{Index: 0, RawText: "a", Action: "validate_code", ParamsJSON: `{"code":"print(42)"}`,
+			Observation: "42", ExecStatus: "ok", Stdout: "42\n", Accepted: true, DurationMS: 5, LLMLatencyMS: 7,
+			PromptTokens: 10, CompletionTokens: 3, PromptTokenIDs: []int32{1, 2}, CompletionTokenIDs: []int32{3, 4, 5},
+			CompletionLogprobs: []float32{-0.1, -0.2, -0.3}}},
+	}
+}
+
+func byEpisode(rows []parquet.Row) map[string]parquet.Row {
+	m := map[string]parquet.Row{}
+	for _, r := range rows {
+		m[r.EpisodeID] = r
+	}
+	return m
+}
+
+// testStore is the conformance suite every backend passes. open returns a
+// new Store on the same underlying storage each time it is called.
+func testStore(t *testing.T, open func(t *testing.T) *store.Store) {
+	ctx := t.Context()
+	st := open(t)
+
+	nulls := parquet.Row{RunID: "r1", EpisodeID: "e-null", Dataset: "mimic", Outcome: "infra_failure",
+		Error: "endpoint down"}
+	in := []parquet.Row{row("r1", "e1", "mimic", "correct"), row("r1", "e2", "eicu", "incorrect"),
+		row("r1", "e3", "mimic", "incorrect"), nulls, row("r2", "e1", "mimic", "correct")}
+	keys, err := st.Write(ctx, in)
+	if err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	// One file per (run, dataset): r1/mimic, r1/eicu, r2/mimic.
+	if len(keys) != 3 {
+		t.Fatalf("keys = %v, want 3 files", keys)
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "trajectories/run=r") || !strings.Contains(k, "/dataset=") ||
+			!strings.Contains(k, "/part-") || !strings.HasSuffix(k, ".parquet") {
+			t.Errorf("key %q does not follow the hive layout", k)
+		}
+	}
+
+	got, err := st.ReadRun(ctx, "r1")
+	if err != nil {
+		t.Fatalf("read run: %v", err)
+	}
+	if len(got) != 4 {
+		t.Fatalf("read %d rows of r1, want 4", len(got))
+	}
+	gm := byEpisode(got)
+	for _, want := range in[:4] {
+		if !reflect.DeepEqual(gm[want.EpisodeID], want) {
+			t.Errorf("episode %s:\n got  %+v\n want %+v", want.EpisodeID, gm[want.EpisodeID], want)
+		}
+	}
+	if gm["e-null"].Temperature != nil || gm["e-null"].Turns != nil {
+		t.Errorf("null row read back with values: %+v", gm["e-null"])
+	}
+
+	// Same Store: stored episodes are skipped, new ones written.
+	keys, err = st.Write(ctx, []parquet.Row{row("r1", "e1", "mimic", "incorrect"), row("r1", "e4", "mimic", "correct"),
+		row("r1", "e4", "mimic", "incorrect")})
+	if err != nil {
+		t.Fatalf("second write: %v", err)
+	}
+	if len(keys) != 1 {
+		t.Errorf("second write keys = %v, want one file", keys)
+	}
+
+	// A new Store (a restarted process) loads stored ids from the files.
+	st2 := open(t)
+	for _, ep := range []string{"e1", "e2", "e3", "e4", "e-null"} {
+		ok, err := st2.Has(ctx, "r1", ep)
+		if err != nil || !ok {
+			t.Errorf("has(r1, %s) = %v, %v; want true", ep, ok, err)
+		}
+	}
+	if ok, err := st2.Has(ctx, "r1", "e5"); err != nil || ok {
+		t.Errorf("has(r1, e5) = %v, %v; want false", ok, err)
+	}
+	keys, err = st2.Write(ctx, []parquet.Row{row("r1", "e2", "eicu", "correct"), row("r2", "e1", "mimic", "incorrect")})
+	if err != nil || len(keys) != 0 {
+		t.Errorf("rewrite of stored episodes: keys %v, err %v; want nothing written", keys, err)
+	}
+
+	got, err = st2.ReadRun(ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gm = byEpisode(got)
+	if len(got) != 5 || gm["e1"].Outcome != "correct" || gm["e4"].Outcome != "correct" {
+		t.Errorf("after dedupe: %d rows, e1 %q, e4 %q; want 5 rows, first writes kept", len(got), gm["e1"].Outcome, gm["e4"].Outcome)
+	}
+
+	runs, err := st2.Runs(ctx)
+	if err != nil || !slices.Equal(runs, []string{"r1", "r2"}) {
+		t.Errorf("runs = %v, %v; want [r1 r2]", runs, err)
+	}
+	if rows, err := st2.ReadRun(ctx, "nope"); err != nil || len(rows) != 0 {
+		t.Errorf("read of an unknown run = %v, %v; want empty", rows, err)
+	}
+
+	// Manifest.
+	if _, err := st2.ReadManifest(ctx, "r1"); !errors.Is(err, store.ErrNoManifest) {
+		t.Errorf("read missing manifest: %v, want ErrNoManifest", err)
+	}
+	m, err := store.NewManifest("r1", got, map[string]any{"samples": 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st2.WriteManifest(ctx, "r1", m); err != nil {
+		t.Fatalf("write manifest: %v", err)
+	}
+	back, err := st.ReadManifest(ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg bytes.Buffer
+	if err := json.Compact(&cfg, back.Config); err != nil {
+		t.Fatalf("manifest config is not JSON: %v", err)
+	}
+	wantCounts := map[string]map[string]int{"mimic": {"correct": 2, "incorrect": 1, "infra_failure": 1}, "eicu": {"incorrect": 1}}
+	if back.Total != 5 || !reflect.DeepEqual(back.Counts, wantCounts) || back.SchemaVersion != parquet.SchemaVersion ||
+		cfg.String() != `{"samples":2}` || back.WrittenAt.IsZero() {
+		t.Errorf("manifest = %+v", back)
+	}
+	// The manifest must not be read as data.
+	if rows, err := st.ReadRun(ctx, "r1"); err != nil || len(rows) != 5 {
+		t.Errorf("read run after manifest: %d rows, %v", len(rows), err)
+	}
+
+	// CopyLocal mirrors the keys.
+	dir := t.TempDir()
+	if err := st.CopyLocal(ctx, "r1", dir); err != nil {
+		t.Fatalf("copy local: %v", err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "trajectories", "run=r1", "dataset=*", "part-*.parquet"))
+	if len(files) != 3 {
+		t.Errorf("copied %d parquet files of r1, want 3", len(files))
+	}
+	if _, err := os.Stat(filepath.Join(dir, "trajectories", "run=r1", "_manifest.json")); err != nil {
+		t.Errorf("manifest not copied: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "trajectories", "run=r2")); err == nil {
+		t.Error("copy of r1 also copied r2")
+	}
+
+	if err := st.Ping(ctx); err != nil {
+		t.Errorf("ping: %v", err)
+	}
+}
+
+func TestDirStore(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join(t.TempDir(), "store")
+	testStore(t, func(t *testing.T) *store.Store {
+		st, err := store.Open(t.Context(), root, store.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	})
+	// Nothing temporary is left behind.
+	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && strings.HasPrefix(d.Name(), ".tmp-") {
+			t.Errorf("temporary file left: %s", p)
+		}
+		return nil
+	})
+}
+
+func TestWriteRejectsBadTokens(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(t.Context(), t.TempDir(), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []parquet.Row{
+		{RunID: "../x", EpisodeID: "e", Dataset: "d"},
+		{RunID: "r", EpisodeID: "", Dataset: "d"},
+		{RunID: "r", EpisodeID: "e", Dataset: "a/b"},
+	} {
+		if _, err := st.Write(t.Context(), []parquet.Row{r}); err == nil {
+			t.Errorf("write of %+v: want an error", r)
+		}
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	t.Parallel()
+	for _, url := range []string{"", "gs://bucket/x", "s3:///nobucket"} {
+		if _, err := store.Open(t.Context(), url, store.Options{Endpoint: "127.0.0.1:1"}); err == nil {
+			t.Errorf("open %q: want an error", url)
+		}
+	}
+}
+
+func TestOpenUnreachableS3(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	// Port 1 on loopback refuses connections.
+	_, err := store.Open(ctx, "s3://bucket/p", store.Options{Endpoint: "http://127.0.0.1:1", AccessKey: "a", SecretKey: "b", MaxRetries: 1})
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	for _, want := range []string{"127.0.0.1:1", "unreachable", "scripts/minio.sh"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+// randomRows makes rows whose text does not compress (base64 of random
+// bytes: about 6 bits per character after zstd), for large files.
+func randomRows(run string, n, textBytes int) []parquet.Row {
+	rng := rand.NewChaCha8([32]byte{1})
+	rows := make([]parquet.Row, n)
+	raw := make([]byte, textBytes*3/4)
+	for i := range rows {
+		_, _ = rng.Read(raw)
+		rows[i] = row(run, fmt.Sprintf("big-%d", i), "mimic", "correct")
+		rows[i].Turns[0].Stdout = base64.StdEncoding.EncodeToString(raw)
+	}
+	return rows
+}

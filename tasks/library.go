@@ -1,0 +1,125 @@
+package tasks
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// Generator builds one dataset's task files and data resources from the
+// shared data into dir (= <LibraryDir>/<dataset>). It must be
+// deterministic: same inputs and seed, byte-identical output.
+type Generator func(ctx context.Context, dataRoot, dir string) error
+
+// generators lists the generated (library) datasets explicitly.
+var generators = map[string]Generator{
+	"mimic_iii": generateMIMICIII,
+	"eicu":      generateEICU,
+	"treqs":     generateTREQS,
+	"biostat":   generateBiostat,
+	"npowerai":  generateNPowerAI,
+}
+
+// ErrNoLibrary says the task library has not been generated.
+var ErrNoLibrary = errors.New("task library not generated")
+
+// Generate builds the named library datasets (all when names is empty)
+// under libraryDir.
+func Generate(ctx context.Context, dataRoot, libraryDir string, names []string) error {
+	if len(names) == 0 {
+		for n := range generators {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+	}
+	for _, n := range names {
+		g, ok := generators[n]
+		if !ok {
+			return fmt.Errorf("generate %s: %w (generated datasets: %v)", n, ErrUnknownDataset, generatorNames())
+		}
+		dir := filepath.Join(libraryDir, n)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("generate %s: %w", n, err)
+		}
+		if err := g(ctx, dataRoot, dir); err != nil {
+			return fmt.Errorf("generate %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+func generatorNames() []string {
+	out := make([]string, 0, len(generators))
+	for n := range generators {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// WriteTasks writes ts as JSON lines to path (one Task per line), the
+// format loadLibrary reads.
+func WriteTasks(path string, ts []Task) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write tasks: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	for i := range ts {
+		if err := enc.Encode(&ts[i]); err != nil {
+			_ = f.Close()
+			return fmt.Errorf("write tasks %s: %w", path, err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("write tasks %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// loadLibrary reads <LibraryDir>/<dataset>/<split>.jsonl.
+func loadLibrary(ctx context.Context, src Source) ([]Task, error) {
+	if src.LibraryDir == "" {
+		return nil, fmt.Errorf("%w: dataset %s needs --library (run `make library`)", ErrNoLibrary, src.Dataset)
+	}
+	path := filepath.Join(src.LibraryDir, src.Dataset, src.Split+".jsonl")
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s is missing (run `make library` or `medgym tasks generate --library %s`)", ErrNoLibrary, path, src.LibraryDir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []Task
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	line := 0
+	for sc.Scan() {
+		line++
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var t Task
+		if err := json.Unmarshal(sc.Bytes(), &t); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		if err := t.View.Validate(); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		out = append(out, t)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return out, nil
+}
