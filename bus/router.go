@@ -29,6 +29,9 @@ var deadLetterPoison = string(schemas.DeadLetter) + ".poison"
 // Router runs typed handlers over JetStream durable consumers with
 // Watermill's Router and middleware.
 type Router struct {
+	// Metrics, when set before handlers are added, measures them.
+	Metrics *Metrics
+
 	conn *Conn
 	log  *slog.Logger
 	wlog watermill.LoggerAdapter
@@ -81,7 +84,16 @@ func Handle[In schemas.Validator](rt *Router, name string, o HandlerOptions, h f
 	if err != nil {
 		return err
 	}
-	hf := func(msg *message.Message) error {
+	rt.Metrics.track(o.Stream, o.Durable)
+	hf := func(msg *message.Message) (err error) {
+		if m := rt.Metrics; m != nil {
+			m.inflight.WithLabelValues(name).Inc()
+			start := time.Now()
+			defer func() {
+				m.inflight.WithLabelValues(name).Dec()
+				m.observe(name, time.Since(start), err)
+			}()
+		}
 		in, err := schemas.Decode[In](msg.Payload)
 		if err != nil {
 			return Permanent(err)

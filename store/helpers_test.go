@@ -13,3 +13,12 @@ func fileSize(t *testing.T, path string) int64 {
 	}
 	return st.Size()
 }
+
+func countFiles(t *testing.T, dir string) int {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(es)
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/medgym/medgym/store"
 	"github.com/medgym/medgym/store/query"
@@ -30,11 +31,8 @@ func cmdQuery(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	dir, err := st.LocalDir(ctx)
-	if err != nil {
-		return err
-	}
-	if dir == "" {
+	dir := *storeURL
+	if strings.HasPrefix(dir, "s3://") {
 		tmp, err := os.MkdirTemp("", "medgym-query-")
 		if err != nil {
 			return err

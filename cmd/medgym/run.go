@@ -255,7 +255,18 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 		return runResult{}, err
 	}
 	res := runResult{RunID: spec.RunID, Total: status.Total, Outcomes: status.Outcomes, Store: st.String(), Elapsed: time.Since(start)}
-	if err := st.WriteManifest(ctx, spec.RunID, manifest(spec, res)); err != nil {
+	rows, err := st.ReadRun(ctx, spec.RunID)
+	if err != nil {
+		return res, fmt.Errorf("read back run %s: %w", spec.RunID, err)
+	}
+	if len(rows) != res.Total {
+		return res, fmt.Errorf("run %s: store %s holds %d of %d episodes", spec.RunID, st, len(rows), res.Total)
+	}
+	m, err := store.NewManifest(spec.RunID, rows, spec)
+	if err != nil {
+		return res, err
+	}
+	if err := st.WriteManifest(ctx, spec.RunID, m); err != nil {
 		return res, fmt.Errorf("write manifest: %w", err)
 	}
 	return res, nil
@@ -342,8 +353,4 @@ func progress(w io.Writer, st schemas.RunStatus, done int, outcomes map[schemas.
 	}
 	fmt.Fprintf(w, "\r%d/%d done, %d in flight, success %.1f%%, %.1f episodes/min, ETA %s   ",
 		done, st.Total, max(0, st.Published-done), rate, perMin, eta)
-}
-
-func manifest(spec schemas.RunSpec, r runResult) store.Manifest {
-	return store.Manifest{RunID: spec.RunID, Episodes: r.Total, Outcomes: r.Outcomes, Config: spec}
 }

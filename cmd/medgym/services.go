@@ -35,6 +35,7 @@ type serviceFlags struct {
 	llmRetries          int
 	memoryMB            int
 	logLevel            string
+	metricsAddr         string
 }
 
 func (f *serviceFlags) register(fs *flag.FlagSet) {
@@ -54,6 +55,7 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.llmRetries, "llm-retries", 4, "retries of a failing model request (429, 5xx, timeouts)")
 	fs.IntVar(&f.memoryMB, "sandbox-memory-mb", 2048, "memory limit of one sandboxed run")
 	fs.StringVar(&f.logLevel, "log", "warn", "log level: debug, info, warn, error")
+	fs.StringVar(&f.metricsAddr, "metrics", "", "serve Prometheus /metrics and /healthz of the in-process services on this address")
 }
 
 func (f *serviceFlags) storeOptions() store.Options {
@@ -64,24 +66,28 @@ func (f *serviceFlags) storeOptions() store.Options {
 func startServices(ctx context.Context, conn *bus.Conn, f *serviceFlags, llmURL string, log *slog.Logger) (wait func() error) {
 	host, _ := os.Hostname()
 	g, ctx := errgroup.WithContext(ctx)
+	metrics := bus.NewMetrics()
+	if err := metrics.Serve(ctx, f.metricsAddr, conn, log); err != nil {
+		return func() error { return err }
+	}
 	g.Go(func() error {
-		return dispatcher.Run(ctx, conn, dispatcher.Config{DataRoot: f.data, LibraryDir: f.library}, log.With("service", "dispatcher"))
+		return dispatcher.Run(ctx, conn, dispatcher.Config{Metrics: metrics, DataRoot: f.data, LibraryDir: f.library}, log.With("service", "dispatcher"))
 	})
 	g.Go(func() error {
-		return llmworker.Run(ctx, conn, llmworker.Config{
+		return llmworker.Run(ctx, conn, llmworker.Config{Metrics: metrics,
 			DataRoot: f.data, TasksDir: f.tasksDir, LibraryDir: f.library, Concurrency: f.llmConcurrency, Worker: host + "/llm-worker",
 			LLM: llmworker.ClientDefaults{DefaultBaseURL: llmURL, Timeout: f.llmTimeout, MaxRetries: f.llmRetries},
 		}, log.With("service", "llm-worker"))
 	})
 	g.Go(func() error {
 		lim := sandboxworker.Limits{MemoryBytes: int64(f.memoryMB) << 20}
-		return sandboxworker.Run(ctx, conn, sandboxworker.Config{
+		return sandboxworker.Run(ctx, conn, sandboxworker.Config{Metrics: metrics,
 			Sandbox:     sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: f.library, Warm: f.warm, Limits: lim},
 			Concurrency: f.sandboxConcurrency, Worker: host + "/sandbox-worker",
 		}, log.With("service", "sandbox-worker"))
 	})
 	g.Go(func() error {
-		return verifier.Run(ctx, conn, verifier.Config{
+		return verifier.Run(ctx, conn, verifier.Config{Metrics: metrics,
 			DataRoot: f.data, TasksDir: f.tasksDir, LibraryDir: f.library, Store: f.store, StoreOptions: f.storeOptions(),
 			Concurrency: f.verifierConcurrency,
 		}, log.With("service", "verifier"))

@@ -31,6 +31,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	natsURL := fs.String("nats", envOr(getenv, "MEDGYM_NATS", "nats://127.0.0.1:4222"), "NATS URL (env MEDGYM_NATS)")
 	data := fs.String("data", envOr(getenv, "MEDGYM_DATA", "../shared/data"), "shared data root (env MEDGYM_DATA)")
 	library := fs.String("library", envOr(getenv, "MEDGYM_LIBRARY", "build/library"), "generated task library (env MEDGYM_LIBRARY)")
+	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", ":9101"), "address of /metrics and /healthz (empty: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -44,7 +45,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
 		return err
 	}
-	return service.Run(ctx, conn, service.Config{DataRoot: *data, LibraryDir: *library}, log)
+	metrics := bus.NewMetrics()
+	if err := metrics.Serve(ctx, *metricsAddr, conn, log); err != nil {
+		return err
+	}
+	return service.Run(ctx, conn, service.Config{Metrics: metrics, DataRoot: *data, LibraryDir: *library}, log)
 }
 
 func envOr(getenv func(string) string, k, def string) string {

@@ -44,6 +44,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	systemAsUser := fs.Bool("system-as-user", false, "fold the system prompt into the first user message")
 	name := fs.String("name", host+"/llm-worker", "worker name recorded in trajectories")
 	library := fs.String("library", envOr(getenv, "MEDGYM_LIBRARY", "build/library"), "generated task library (env MEDGYM_LIBRARY)")
+	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", ":9102"), "address of /metrics and /healthz (empty: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -57,7 +58,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
 		return err
 	}
-	return service.Run(ctx, conn, service.Config{
+	metrics := bus.NewMetrics()
+	if err := metrics.Serve(ctx, *metricsAddr, conn, log); err != nil {
+		return err
+	}
+	return service.Run(ctx, conn, service.Config{Metrics: metrics,
 		DataRoot: *data, TasksDir: *tasksDir, LibraryDir: *library, Concurrency: *conc, Worker: *name, SystemAsUser: *systemAsUser,
 		LLM: service.ClientDefaults{DefaultBaseURL: *llmURL, Timeout: *timeout, MaxRetries: *retries, MaxConcurrent: *maxConc,
 			NoTemperature: *noTemp, UseMaxCompletionTokens: *maxCompletion, Getenv: getenv},

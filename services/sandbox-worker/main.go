@@ -37,6 +37,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	conc := fs.Int("concurrency", 2, "actions at once")
 	memMB := fs.Int("memory-mb", 2048, "memory limit of one run")
 	name := fs.String("name", host+"/sandbox-worker", "worker name recorded in observations")
+	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", ":9103"), "address of /metrics and /healthz (empty: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -50,7 +51,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
 		return err
 	}
-	return service.Run(ctx, conn, service.Config{
+	metrics := bus.NewMetrics()
+	if err := metrics.Serve(ctx, *metricsAddr, conn, log); err != nil {
+		return err
+	}
+	return service.Run(ctx, conn, service.Config{Metrics: metrics,
 		Sandbox: service.SandboxConfig{Backend: *backend, DataRoot: *data, WorkRoot: *workRoot, Warm: *warm,
 			Limits: service.Limits{MemoryBytes: int64(*memMB) << 20}},
 		Concurrency: *conc, Worker: *name,

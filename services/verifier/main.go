@@ -39,6 +39,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	conc := fs.Int("concurrency", 32, "episodes scored and stored at once (rows per Parquet file at most)")
 	formatReward := fs.Float64("format-reward", 0, "reward added when every turn parsed (paper's GRPO setup); 0 = off")
 	library := fs.String("library", envOr(getenv, "MEDGYM_LIBRARY", "build/library"), "generated task library (env MEDGYM_LIBRARY)")
+	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", ":9104"), "address of /metrics and /healthz (empty: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -52,7 +53,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
 		return err
 	}
-	return service.Run(ctx, conn, service.Config{
+	metrics := bus.NewMetrics()
+	if err := metrics.Serve(ctx, *metricsAddr, conn, log); err != nil {
+		return err
+	}
+	return service.Run(ctx, conn, service.Config{Metrics: metrics,
 		DataRoot: *data, TasksDir: *tasksDir, LibraryDir: *library, Store: *storeURL,
 		StoreOptions: store.Options{Endpoint: *endpoint, UseSSL: !*insecure},
 		Concurrency:  *conc, FormatReward: *formatReward,

@@ -20,6 +20,8 @@ import (
 
 // Config of the dispatcher.
 type Config struct {
+	// Metrics, when set, measures the handlers (see bus.Metrics).
+	Metrics    *bus.Metrics
 	DataRoot   string
 	LibraryDir string
 	// Tick is how often a run's admission loop re-counts scores when no
@@ -81,6 +83,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if err != nil {
 		return err
 	}
+	rt.Metrics = cfg.Metrics
 	if err := bus.Handle(rt, "dispatcher-runs", bus.HandlerOptions{ConsumerOptions: bus.ConsumerOptions{
 		Stream: schemas.StreamRuns, Durable: schemas.DurableDispatcherRuns, Subject: schemas.RunSubmitted}},
 		func(ctx context.Context, spec schemas.RunSpec) error { return d.submit(ctx, spec) }); err != nil {

@@ -19,6 +19,8 @@ import (
 
 // Config of the llm-worker.
 type Config struct {
+	// Metrics, when set, measures the handlers (see bus.Metrics).
+	Metrics *bus.Metrics
 	// DataRoot and TasksDir locate reference solutions (reference policy).
 	DataRoot   string
 	TasksDir   string
@@ -67,6 +69,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if err != nil {
 		return err
 	}
+	rt.Metrics = cfg.Metrics
 	opt := func(stream, durable string, subj schemas.Subject) bus.HandlerOptions {
 		return bus.HandlerOptions{Concurrency: cfg.Concurrency, ConsumerOptions: bus.ConsumerOptions{
 			Stream: stream, Durable: durable, Subject: subj, AckWait: cfg.AckWait}}

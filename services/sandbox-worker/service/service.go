@@ -15,6 +15,8 @@ import (
 
 // Config of the sandbox-worker.
 type Config struct {
+	// Metrics, when set, measures the handlers (see bus.Metrics).
+	Metrics *bus.Metrics
 	Sandbox sandbox.Config
 	// Concurrency is the number of actions this process runs at once.
 	Concurrency int
@@ -67,6 +69,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if err != nil {
 		return err
 	}
+	rt.Metrics = cfg.Metrics
 	h := func(ctx context.Context, req schemas.ActionRequest) error {
 		res, err := sb.Execute(ctx, req)
 		if err != nil {

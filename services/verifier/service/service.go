@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
@@ -16,6 +18,8 @@ import (
 
 // Config of the verifier.
 type Config struct {
+	// Metrics, when set, measures the handlers (see bus.Metrics).
+	Metrics    *bus.Metrics
 	DataRoot   string
 	TasksDir   string
 	LibraryDir string
@@ -56,12 +60,21 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 			log.Warn("close batcher", "err", err)
 		}
 	}()
-	v := &verifier{conn: conn, lib: tasks.NewCache(cfg.DataRoot, cfg.TasksDir, cfg.LibraryDir), batch: batch, cfg: cfg, log: log}
+	var scored *prometheus.CounterVec
+	if cfg.Metrics != nil {
+		scored = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "medgym_episodes_scored_total",
+			Help: "Episodes scored and stored, by dataset and outcome."}, []string{"dataset", "outcome"})
+		if err := cfg.Metrics.Registry.Register(scored); err != nil {
+			return fmt.Errorf("verifier: metrics: %w", err)
+		}
+	}
+	v := &verifier{scored: scored, conn: conn, lib: tasks.NewCache(cfg.DataRoot, cfg.TasksDir, cfg.LibraryDir), batch: batch, cfg: cfg, log: log}
 
 	rt, err := bus.NewRouter(conn, log)
 	if err != nil {
 		return err
 	}
+	rt.Metrics = cfg.Metrics
 	if err := bus.Handle(rt, "verifier-observations", bus.HandlerOptions{Concurrency: 8,
 		ConsumerOptions: bus.ConsumerOptions{Stream: schemas.StreamObservations, Durable: schemas.DurableVerifierObs,
 			Subject: schemas.ObservationProduced, AckWait: cfg.AckWait}}, v.check); err != nil {
@@ -77,11 +90,12 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 }
 
 type verifier struct {
-	conn  *bus.Conn
-	lib   *tasks.Cache
-	batch *store.Batcher
-	cfg   Config
-	log   *slog.Logger
+	scored *prometheus.CounterVec
+	conn   *bus.Conn
+	lib    *tasks.Cache
+	batch  *store.Batcher
+	cfg    Config
+	log    *slog.Logger
 }
 
 // check adds the verdict to a code execution that asked for one and passes
@@ -137,6 +151,9 @@ func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
 		}
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+	if v.scored != nil {
+		v.scored.WithLabelValues(sc.Dataset, string(sc.Outcome)).Inc()
 	}
 	return v.conn.Publish(ctx, schemas.EpisodeScored.For(req.RunID), schemas.MsgID(req.EpisodeID, "scored"), sc)
 }

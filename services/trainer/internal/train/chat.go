@@ -1,0 +1,135 @@
+package train
+
+import (
+	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/schemas/parquet"
+)
+
+// Message is one chat message in the layout TRL and LLaMA-Factory read.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// Roles of exported messages.
+const (
+	RoleSystem    = "system"
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleTool      = "tool"
+)
+
+// Episode is a stored row seen as a conversation: the prompt (system and
+// the goal), then one assistant message per policy turn, each followed by
+// its observation.
+type Episode struct {
+	Row *parquet.Row
+	// Prompt is every message before the first assistant message.
+	Prompt []Message
+	// Steps are the policy turns in order; Steps[k] belongs to Row.Turns[k]
+	// when Aligned.
+	Steps []Step
+	// Aligned reports that there is one assistant message per recorded turn.
+	Aligned bool
+}
+
+// Step is one assistant message and the observations that followed it.
+type Step struct {
+	Action       Message
+	Observations []Message
+}
+
+// Success reports whether the verifier accepted the episode.
+func (e *Episode) Success() bool { return e.Row.Outcome == string(schemas.OutcomeCorrect) }
+
+// TaskKey identifies a task: DPO pairs and GRPO groups never cross it.
+func (e *Episode) TaskKey() string { return TaskKey(e.Row) }
+
+// TaskKey identifies the task of a row (dataset, split, task id).
+func TaskKey(r *parquet.Row) string { return r.Dataset + "/" + r.Split + "/" + r.TaskID }
+
+// Tokens is the episode's total token count, or, when the endpoint reported
+// no usage, its message characters / 4 (a rough stand-in used for ordering
+// and the data card only).
+func (e *Episode) Tokens() int64 {
+	if n := e.Row.PromptTokens + e.Row.CompletionTokens; n > 0 {
+		return n
+	}
+	var c int64
+	for _, m := range e.Row.Messages {
+		c += int64(len(m.Content))
+	}
+	return c / 4
+}
+
+// NewEpisode splits a row's messages into prompt and steps. Observation
+// messages (stored with role user, as upstream does) get role obsRole:
+// "tool" (the default; LLaMA-Factory's observation tag and TRL's tool
+// messages) or "user" (for chat templates without a tool role).
+func NewEpisode(r *parquet.Row, obsRole string) *Episode {
+	if obsRole == "" {
+		obsRole = RoleTool
+	}
+	e := &Episode{Row: r}
+	for _, m := range r.Messages {
+		switch {
+		case m.Role == RoleAssistant:
+			e.Steps = append(e.Steps, Step{Action: Message{RoleAssistant, m.Content}})
+		case len(e.Steps) == 0:
+			e.Prompt = append(e.Prompt, Message{m.Role, m.Content})
+		default:
+			role := m.Role
+			if role == RoleUser || role == RoleTool {
+				role = obsRole
+			}
+			s := &e.Steps[len(e.Steps)-1]
+			s.Observations = append(s.Observations, Message{role, m.Content})
+		}
+	}
+	e.Aligned = len(e.Steps) == len(r.Turns)
+	return e
+}
+
+// Conversation returns the prompt and the first n steps; the observations
+// of the last included step are kept only when withLastObs is set.
+func (e *Episode) Conversation(n int, withLastObs bool) (msgs []Message, lossMask []int8) {
+	for _, m := range e.Prompt {
+		msgs, lossMask = append(msgs, m), append(lossMask, 0)
+	}
+	for k := 0; k < n && k < len(e.Steps); k++ {
+		msgs, lossMask = append(msgs, e.Steps[k].Action), append(lossMask, 1)
+		if k < n-1 || withLastObs {
+			for _, o := range e.Steps[k].Observations {
+				msgs, lossMask = append(msgs, o), append(lossMask, 0)
+			}
+		}
+	}
+	return msgs, lossMask
+}
+
+// FinalStep is the index of the step the verifier accepted: the last
+// accepted turn of an aligned successful episode, else the last step.
+func (e *Episode) FinalStep() int {
+	if e.Aligned {
+		for k := len(e.Row.Turns) - 1; k >= 0; k-- {
+			if e.Row.Turns[k].Accepted {
+				return k
+			}
+		}
+	}
+	return len(e.Steps) - 1
+}
+
+// failedAttempt reports whether a turn was an attempt that went wrong: an
+// unparseable action, a crashed or timed-out run, or code the verifier did
+// not accept. Information actions (request_info, debug) are not attempts.
+func failedAttempt(t parquet.Turn) bool {
+	if t.ParseError != "" {
+		return true
+	}
+	switch t.ExecStatus {
+	case schemas.StatusError, schemas.StatusTimeout, schemas.StatusKilled:
+		return true
+	}
+	return (t.Action == schemas.ActionValidateCode || t.Action == schemas.ActionTerminal) && !t.Accepted
+}
