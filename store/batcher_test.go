@@ -17,11 +17,11 @@ import (
 // fakeWriter records writes and fails while err is set. It also records
 // how many done callbacks had run when each write started.
 type fakeWriter struct {
-	mu        sync.Mutex
-	calls     [][]string
-	err       error
-	doneSeen  []int
-	doneCount *int
+	mu       sync.Mutex
+	calls    [][]string
+	err      error
+	doneSeen []int
+	acked    func() int
 }
 
 func (f *fakeWriter) Write(_ context.Context, rows []parquet.Row) ([]string, error) {
@@ -32,8 +32,8 @@ func (f *fakeWriter) Write(_ context.Context, rows []parquet.Row) ([]string, err
 		ids[i] = r.EpisodeID
 	}
 	f.calls = append(f.calls, ids)
-	if f.doneCount != nil {
-		f.doneSeen = append(f.doneSeen, *f.doneCount)
+	if f.acked != nil {
+		f.doneSeen = append(f.doneSeen, f.acked())
 	}
 	if f.err != nil {
 		return nil, f.err
@@ -73,7 +73,7 @@ func TestBatcherAcksAfterFlushByCount(t *testing.T) {
 	t.Parallel()
 	res := newResults()
 	w := &fakeWriter{}
-	w.doneCount = &res.n // read under w.mu; done runs after Write returns
+	w.acked = res.count
 	b := store.NewBatcher(w, 3, time.Hour, quiet())
 	b.Add(row("r", "e1", "d", "correct"), res.done("e1"))
 	b.Add(row("r", "e2", "d", "correct"), res.done("e2"))
@@ -132,7 +132,11 @@ func TestBatcherFlushesByAge(t *testing.T) {
 	w := &fakeWriter{}
 	res := newResults()
 	b := store.NewBatcher(w, 100, 20*time.Millisecond, quiet())
-	defer b.Close(context.Background())
+	t.Cleanup(func() {
+		if err := b.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
 	b.Add(row("r", "e1", "d", "correct"), res.done("e1"))
 	select {
 	case ep := <-res.ch:
@@ -155,7 +159,9 @@ func TestBatcherFlushesBySize(t *testing.T) {
 	if res.count() != 1 {
 		t.Errorf("a row over the size limit was not flushed at once")
 	}
-	_ = b.Close(t.Context())
+	if err := b.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestBatcherClose(t *testing.T) {

@@ -25,6 +25,23 @@ func TestS3Store(t *testing.T) {
 	}
 	t.Run("conformance", func(t *testing.T) { testStore(t, open) })
 
+	t.Run("env fallback", func(t *testing.T) {
+		t.Setenv("AWS_ENDPOINT_URL", "http://"+endpoint)
+		t.Setenv("AWS_ACCESS_KEY_ID", ak)
+		t.Setenv("AWS_SECRET_ACCESS_KEY", sk)
+		t.Setenv("AWS_REGION", "")
+		st, err := store.Open(t.Context(), "s3://trajectories-test/some/prefix", store.Options{})
+		if err != nil {
+			t.Fatalf("open from env: %v", err)
+		}
+		if ok, err := st.Has(t.Context(), "r1", "e1"); err != nil || !ok {
+			t.Errorf("store opened from env does not see r1/e1: %v, %v", ok, err)
+		}
+		if got := st.Locate("trajectories/x"); got != "s3://trajectories-test/some/prefix/trajectories/x" {
+			t.Errorf("locate = %q", got)
+		}
+	})
+
 	t.Run("wrong credentials", func(t *testing.T) {
 		bad := opt
 		bad.SecretKey = "wrong-secret"

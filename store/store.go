@@ -123,6 +123,10 @@ func runPrefix(runID string) string { return Root + "run=" + runID + "/" }
 // already stored for their run, or repeated within rows, are skipped; if
 // nothing is new, no file is written and the result is empty. Every row
 // needs a valid run id, episode id and dataset (letters, digits, - and _).
+//
+// On error, the keys of the files already written are returned with it;
+// their rows count as stored, so retrying the same rows writes only the
+// rest.
 func (s *Store) Write(ctx context.Context, rows []parquet.Row) ([]string, error) {
 	for i := range rows {
 		r := &rows[i]

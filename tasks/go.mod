@@ -2,7 +2,11 @@ module github.com/medgym/medgym/tasks
 
 go 1.26.8
 
-require github.com/medgym/medgym/schemas v0.0.0-00010101000000-000000000000
+require (
+	github.com/medgym/medgym/schemas v0.0.0-00010101000000-000000000000
+	gonum.org/v1/gonum v0.17.0
+	modernc.org/sqlite v1.62.0
+)
 
 require (
 	github.com/dustin/go-humanize v1.1.0 // indirect
@@ -14,7 +18,6 @@ require (
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
-	modernc.org/sqlite v1.62.0 // indirect
 )
 
 replace github.com/medgym/medgym/schemas => ../schemas

@@ -237,14 +237,24 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
 		return runResult{}, err
 	}
+	svcErr := make(chan error, 1)
 	if f.nats == "" {
-		wait = startServices(svcCtx, conn, &f.serviceFlags, f.llmURL, logger)
+		w := startServices(svcCtx, conn, &f.serviceFlags, f.llmURL, logger)
+		done := make(chan error, 1)
+		go func() {
+			err := w()
+			done <- err
+			if err != nil {
+				svcErr <- err
+			}
+		}()
+		wait = func() error { return <-done }
 	}
 	if err := conn.Publish(ctx, schemas.RunSubmitted.For(spec.RunID), schemas.MsgID("run", spec.RunID), spec); err != nil {
 		return runResult{}, err
 	}
 	fmt.Fprintf(stderr, "run %s submitted (%s, policy %s)\n", spec.RunID, strings.Join(spec.Datasets, ","), policyLabel(spec.Policy))
-	status, err := follow(ctx, conn, spec.RunID, stderr, f.quiet)
+	status, err := follow(ctx, conn, spec.RunID, stderr, f.quiet, svcErr)
 	stopServices()
 	if wait != nil {
 		if werr := wait(); werr != nil && err == nil {
@@ -281,7 +291,7 @@ func policyLabel(p schemas.PolicySpec) string {
 
 // follow watches the run's status and scores until every episode has an
 // outcome, printing a progress line.
-func follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quiet bool) (schemas.RunStatus, error) {
+func follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quiet bool, svcErr <-chan error) (schemas.RunStatus, error) {
 	kv, err := conn.JS.KeyValue(ctx, schemas.BucketRuns)
 	if err != nil {
 		return schemas.RunStatus{}, fmt.Errorf("runs bucket: %w", err)
@@ -333,6 +343,8 @@ func follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quie
 			return st, nil
 		}
 		select {
+		case err := <-svcErr:
+			return st, err
 		case <-ctx.Done():
 			return st, fmt.Errorf("run %s interrupted at %d/%d episodes (resubmit with --run-id %s to continue): %w", runID, len(seen), st.Total, runID, ctx.Err())
 		case <-tick.C:

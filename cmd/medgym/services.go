@@ -65,35 +65,51 @@ func (f *serviceFlags) storeOptions() store.Options {
 // startServices runs every service in-process on conn until ctx is done.
 func startServices(ctx context.Context, conn *bus.Conn, f *serviceFlags, llmURL string, log *slog.Logger) (wait func() error) {
 	host, _ := os.Hostname()
+	parent := ctx
 	g, ctx := errgroup.WithContext(ctx)
+	goService := func(name string, run func() error) {
+		g.Go(func() error {
+			err := run()
+			if ctx.Err() == nil {
+				if err == nil {
+					err = fmt.Errorf("%s stopped unexpectedly", name)
+				}
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			return err
+		})
+	}
 	metrics := bus.NewMetrics()
 	if err := metrics.Serve(ctx, f.metricsAddr, conn, log); err != nil {
 		return func() error { return err }
 	}
-	g.Go(func() error {
+	goService("dispatcher", func() error {
 		return dispatcher.Run(ctx, conn, dispatcher.Config{Metrics: metrics, DataRoot: f.data, LibraryDir: f.library}, log.With("service", "dispatcher"))
 	})
-	g.Go(func() error {
+	goService("llm-worker", func() error {
 		return llmworker.Run(ctx, conn, llmworker.Config{Metrics: metrics,
 			DataRoot: f.data, TasksDir: f.tasksDir, LibraryDir: f.library, Concurrency: f.llmConcurrency, Worker: host + "/llm-worker",
 			LLM: llmworker.ClientDefaults{DefaultBaseURL: llmURL, Timeout: f.llmTimeout, MaxRetries: f.llmRetries},
 		}, log.With("service", "llm-worker"))
 	})
-	g.Go(func() error {
+	goService("sandbox-worker", func() error {
+		if err := os.MkdirAll(f.library, 0o755); err != nil {
+			return fmt.Errorf("task library dir: %w", err)
+		}
 		lim := sandboxworker.Limits{MemoryBytes: int64(f.memoryMB) << 20}
 		return sandboxworker.Run(ctx, conn, sandboxworker.Config{Metrics: metrics,
 			Sandbox:     sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: f.library, Warm: f.warm, Limits: lim},
 			Concurrency: f.sandboxConcurrency, Worker: host + "/sandbox-worker",
 		}, log.With("service", "sandbox-worker"))
 	})
-	g.Go(func() error {
+	goService("verifier", func() error {
 		return verifier.Run(ctx, conn, verifier.Config{Metrics: metrics,
 			DataRoot: f.data, TasksDir: f.tasksDir, LibraryDir: f.library, Store: f.store, StoreOptions: f.storeOptions(),
 			Concurrency: f.verifierConcurrency,
 		}, log.With("service", "verifier"))
 	})
 	return func() error {
-		if err := g.Wait(); err != nil && ctx.Err() == nil {
+		if err := g.Wait(); err != nil && parent.Err() == nil {
 			return fmt.Errorf("services: %w", err)
 		}
 		return nil

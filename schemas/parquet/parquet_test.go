@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
@@ -158,5 +160,39 @@ func TestReadRejectsGarbage(t *testing.T) {
 	t.Parallel()
 	if _, err := parquet.Read(t.Context(), bytes.NewReader([]byte("not parquet at all"))); err == nil {
 		t.Error("want an error for a non-parquet input")
+	}
+}
+
+// An older file with fewer columns converts; missing fields stay zero. A
+// column of the wrong type is an error.
+func TestRowsFromRecordByName(t *testing.T) {
+	t.Parallel()
+	mem := memory.NewGoAllocator()
+	old := arrow.NewSchema([]arrow.Field{
+		{Name: "episode_id", Type: arrow.BinaryTypes.String},
+		{Name: "reward", Type: arrow.PrimitiveTypes.Float64},
+	}, nil)
+	b := array.NewRecordBuilder(mem, old)
+	defer b.Release()
+	b.Field(0).(*array.StringBuilder).Append("e1")
+	b.Field(1).(*array.Float64Builder).Append(0.5)
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	rows, err := parquet.RowsFromRecord(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(rows, []parquet.Row{{EpisodeID: "e1", Reward: 0.5}}) {
+		t.Errorf("rows = %+v", rows)
+	}
+
+	bad := arrow.NewSchema([]arrow.Field{{Name: "reward", Type: arrow.BinaryTypes.String}}, nil)
+	bb := array.NewRecordBuilder(mem, bad)
+	defer bb.Release()
+	bb.Field(0).(*array.StringBuilder).Append("high")
+	brec := bb.NewRecordBatch()
+	defer brec.Release()
+	if _, err := parquet.RowsFromRecord(brec); err == nil {
+		t.Error("a string reward column converted without error")
 	}
 }

@@ -352,9 +352,9 @@ func (p *warmPool) run(ctx context.Context, spec runSpec) (runOutput, error) {
 	}
 	out.duration = time.Since(begin)
 	kmu.Lock()
-	cause = errors.Join(cause) // read under the lock; kill is done by now
+	final := cause
 	kmu.Unlock()
-	if cause != nil || resp.Error != "" {
+	if final != nil || resp.Error != "" {
 		// The server is (or must be) dead: everything in it goes.
 		srv.st.kill()
 	}
@@ -371,13 +371,13 @@ func (p *warmPool) run(ctx context.Context, spec runSpec) (runOutput, error) {
 	}
 	out.peak = resp.MaxRSS
 	switch {
-	case errors.Is(cause, errTimeout):
+	case errors.Is(final, errTimeout):
 		out.timedOut, out.exitCode, out.signal = true, -1, syscall.SIGKILL
-	case errors.Is(cause, errFlood):
+	case errors.Is(final, errFlood):
 		out.flood, out.exitCode, out.signal = true, -1, syscall.SIGKILL
-	case cause != nil:
+	case final != nil:
 		p.drop(spec.episode, srv)
-		return out, fmt.Errorf("warm run canceled: %w", cause)
+		return out, fmt.Errorf("warm run canceled: %w", final)
 	case resp.Error != "":
 		p.drop(spec.episode, srv)
 		select {
@@ -398,7 +398,7 @@ func (p *warmPool) run(ctx context.Context, spec runSpec) (runOutput, error) {
 			out.exitCode = ws.ExitStatus()
 		}
 	}
-	if cause != nil {
+	if final != nil {
 		p.drop(spec.episode, srv)
 	}
 	return out, nil

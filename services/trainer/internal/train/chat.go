@@ -131,5 +131,5 @@ func failedAttempt(t parquet.Turn) bool {
 	case schemas.StatusError, schemas.StatusTimeout, schemas.StatusKilled:
 		return true
 	}
-	return (t.Action == schemas.ActionValidateCode || t.Action == schemas.ActionTerminal) && !t.Accepted
+	return t.Action == schemas.ActionValidateCode && !t.Accepted
 }

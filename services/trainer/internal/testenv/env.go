@@ -1,0 +1,185 @@
+package testenv
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/bus/embedded"
+	"github.com/medgym/medgym/schemas"
+	dispatcher "github.com/medgym/medgym/services/dispatcher/service"
+	llmworker "github.com/medgym/medgym/services/llm-worker/service"
+	sandboxworker "github.com/medgym/medgym/services/sandbox-worker/service"
+	verifier "github.com/medgym/medgym/services/verifier/service"
+	"github.com/medgym/medgym/tasks"
+)
+
+// BaseModel is the name the fake model serves before any adapter is loaded.
+const BaseModel = "fake-base"
+
+// Env is a running pipeline.
+type Env struct {
+	NATSURL  string
+	Conn     *bus.Conn
+	Store    string // trajectory store directory
+	DataRoot string
+	Library  string
+	Tasks    []tasks.Task // the MedCalc tasks the fake model knows
+	Model    *FakeModel
+	ModelURL string // base URL, ending in /v1
+}
+
+// DataRoot finds ../shared/data beside the repository (or $MEDGYM_DATA).
+func DataRoot(t testing.TB) string {
+	t.Helper()
+	if d := os.Getenv("MEDGYM_DATA"); d != "" {
+		return d
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d := wd; filepath.Dir(d) != d; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
+			return filepath.Join(d, "..", "shared", "data")
+		}
+	}
+	t.Fatal("no go.work above the test directory")
+	return ""
+}
+
+// Start starts the pipeline with nTasks MedCalc test tasks; everything
+// stops when the test ends.
+func Start(t testing.TB, nTasks int) *Env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	data := DataRoot(t)
+	ts, err := tasks.Load(ctx, tasks.Source{Dataset: "medcalcbench", Split: "test", DataRoot: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ts) < nTasks {
+		t.Fatalf("only %d medcalcbench tasks", len(ts))
+	}
+	ts = ts[:nTasks]
+	ns, err := embedded.Start(embedded.Options{StoreDir: filepath.Join(t.TempDir(), "js")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if os.Getenv("MEDGYM_TEST_LOG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	conn, err := bus.Connect(ctx, ns.ClientURL(), "trainer-test", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	library := filepath.Join(t.TempDir(), "library") // MedCalc tasks need no data files
+	if err := os.MkdirAll(library, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	model := NewFakeModel(BaseModel, ts)
+	srv := httptest.NewServer(model)
+	e := &Env{NATSURL: ns.ClientURL(), Conn: conn, Store: filepath.Join(t.TempDir(), "store"), DataRoot: data,
+		Library: library, Tasks: ts, Model: model, ModelURL: srv.URL + "/v1"}
+	var wg sync.WaitGroup
+	run := func(name string, f func() error) {
+		wg.Go(func() {
+			if err := f(); err != nil && ctx.Err() == nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		})
+	}
+	run("dispatcher", func() error {
+		return dispatcher.Run(ctx, conn, dispatcher.Config{DataRoot: data, LibraryDir: e.Library}, log)
+	})
+	run("llm-worker", func() error {
+		return llmworker.Run(ctx, conn, llmworker.Config{DataRoot: data, LibraryDir: e.Library, Concurrency: 32,
+			Worker: "test/llm-worker", LLM: llmworker.ClientDefaults{DefaultBaseURL: e.ModelURL, Timeout: 30 * time.Second, MaxRetries: 2}}, log)
+	})
+	run("sandbox-worker", func() error {
+		return sandboxworker.Run(ctx, conn, sandboxworker.Config{
+			Sandbox:     sandboxworker.SandboxConfig{Backend: "bwrap", DataRoot: e.Library, Limits: sandboxworker.Limits{MemoryBytes: 1 << 30}},
+			Concurrency: 2, Worker: "test/sandbox-worker"}, log)
+	})
+	run("verifier", func() error {
+		return verifier.Run(ctx, conn, verifier.Config{DataRoot: data, LibraryDir: e.Library, Store: e.Store,
+			Concurrency: 16, BatchAge: 200 * time.Millisecond}, log)
+	})
+	t.Cleanup(func() {
+		if os.Getenv("MEDGYM_TEST_LOG") != "" {
+			model.mu.Lock()
+			t.Logf("fake model requests: %v by model %v", model.counts, model.models)
+			model.mu.Unlock()
+		}
+		cancel()
+		wg.Wait()
+		srv.Close()
+		conn.Close()
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	})
+	return e
+}
+
+// TaskIDs returns the ids of the env's tasks.
+func (e *Env) TaskIDs() []string {
+	ids := make([]string, len(e.Tasks))
+	for i, t := range e.Tasks {
+		ids[i] = t.View.ID
+	}
+	return ids
+}
+
+// Spec returns a RunSpec over the given tasks with K samples.
+func (e *Env) Spec(runID string, k int, pol schemas.PolicySpec, taskIDs []string) schemas.RunSpec {
+	opts := schemas.DefaultOptions()
+	opts.MaxTurns, opts.EndOn, opts.ActionTimeoutSec = 2, schemas.EndOnAccepted, 30
+	return schemas.RunSpec{RunID: runID, Datasets: []string{"medcalcbench"}, Split: "test", TaskIDs: taskIDs,
+		Samples: k, Policy: pol, Options: opts, MaxInFlight: 16, SubmittedAt: time.Now().UTC()}
+}
+
+// Run submits spec and waits until every episode is scored; it returns the
+// scores.
+func (e *Env) Run(t testing.TB, ctx context.Context, spec schemas.RunSpec) []schemas.Score {
+	t.Helper()
+	if err := e.Conn.Publish(ctx, schemas.RunSubmitted.For(spec.RunID), schemas.MsgID("run", spec.RunID), spec); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := e.Conn.JS.OrderedConsumer(ctx, schemas.StreamScores, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{schemas.EpisodeScored.For(spec.RunID)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := len(spec.TaskIDs) * spec.Samples
+	seen := map[string]schemas.Score{}
+	for len(seen) < want {
+		m, err := cons.Next(jetstream.FetchMaxWait(30 * time.Second))
+		if err != nil {
+			t.Fatalf("run %s: %d/%d scores: %v", spec.RunID, len(seen), want, err)
+		}
+		var sc schemas.Score
+		if err := json.Unmarshal(m.Data(), &sc); err != nil {
+			t.Fatal(err)
+		}
+		seen[sc.EpisodeID] = sc
+	}
+	out := make([]schemas.Score, 0, len(seen))
+	for _, s := range seen {
+		out = append(out, s)
+	}
+	return out
+}

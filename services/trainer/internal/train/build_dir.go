@@ -1,0 +1,291 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/schemas/parquet"
+)
+
+// ManifestVersion is the version of manifest.json's layout.
+const ManifestVersion = "1"
+
+// Source is where trajectories come from; *store.Store is one.
+type Source interface {
+	Runs(ctx context.Context) ([]string, error)
+	ReadRun(ctx context.Context, runID string) ([]parquet.Row, error)
+}
+
+// Filter selects rows. Empty lists match everything.
+type Filter struct {
+	Runs             []string `json:"runs,omitempty"`
+	Datasets         []string `json:"datasets,omitempty"`
+	Split            string   `json:"split,omitempty"`
+	Models           []string `json:"models,omitempty"`
+	VerifierVersions []string `json:"verifier_versions,omitempty"`
+	// IncludeInfra keeps infra_failure episodes (never the model's fault;
+	// excluded by default).
+	IncludeInfra bool `json:"include_infra"`
+}
+
+func (f Filter) keep(r *parquet.Row) bool {
+	in := func(list []string, v string) bool { return len(list) == 0 || slices.Contains(list, v) }
+	return in(f.Datasets, r.Dataset) && (f.Split == "" || f.Split == r.Split) && in(f.Models, r.Model) &&
+		in(f.VerifierVersions, r.VerifierVersion) && (f.IncludeInfra || r.Outcome != string(schemas.OutcomeInfraFailure))
+}
+
+// LoadStats counts what Load read and kept.
+type LoadStats struct {
+	RowsRead      int `json:"rows_read"`
+	RowsKept      int `json:"rows_kept"`
+	InfraExcluded int `json:"infra_excluded"`
+}
+
+// Load reads the selected runs (all runs when f.Runs is empty) and keeps
+// the rows f selects. It returns the rows and the runs they came from.
+func Load(ctx context.Context, src Source, f Filter) ([]parquet.Row, []string, LoadStats, error) {
+	var st LoadStats
+	runs := f.Runs
+	if len(runs) == 0 {
+		var err error
+		if runs, err = src.Runs(ctx); err != nil {
+			return nil, nil, st, err
+		}
+	}
+	var rows []parquet.Row
+	var used []string
+	for _, id := range runs {
+		rs, err := src.ReadRun(ctx, id)
+		if err != nil {
+			return nil, nil, st, err
+		}
+		n := len(rows)
+		for i := range rs {
+			st.RowsRead++
+			if !f.IncludeInfra && rs[i].Outcome == string(schemas.OutcomeInfraFailure) {
+				st.InfraExcluded++
+			}
+			if f.keep(&rs[i]) {
+				rows = append(rows, rs[i])
+			}
+		}
+		if len(rows) > n {
+			used = append(used, id)
+		}
+	}
+	st.RowsKept = len(rows)
+	return rows, used, st, nil
+}
+
+// Manifest describes a build directory.
+type Manifest struct {
+	ManifestVersion  string         `json:"manifest_version"`
+	SchemaVersion    string         `json:"trajectory_schema_version"`
+	ContractVersion  string         `json:"contract_version"`
+	CreatedAt        time.Time      `json:"created_at"`
+	Store            string         `json:"store"`
+	SourceRuns       []string       `json:"source_runs"`
+	Filters          Filter         `json:"filters"`
+	ObservationRole  string         `json:"observation_role"`
+	GRPO             GRPOConfig     `json:"grpo"`
+	Load             LoadStats      `json:"load"`
+	Counts           map[string]int `json:"counts"`
+	Files            []string       `json:"files"`
+	RowSchemaVersion []string       `json:"row_schema_versions"`
+}
+
+// GRPOConfig records the advantage settings in the manifest.
+type GRPOConfig struct {
+	Eps              float64 `json:"eps"`
+	Scale            string  `json:"scale"`
+	DropZeroVariance bool    `json:"drop_zero_variance"`
+}
+
+// Result is what Build produced.
+type Result struct {
+	Manifest Manifest
+	DataCard string
+	SFT      []SFTRecord
+	Rejected []SFTRecord
+	DPO      []DPORecord
+	Verifier []VerifierRecord
+	GRPO     []GRPORecord
+}
+
+// Build reads trajectories and writes every export under out:
+//
+//	sft/sft.{jsonl,parquet}            SFT (TRL messages; LLaMA-Factory openai style)
+//	rejection/best_of_k.{jsonl,parquet} best successful sample per task
+//	dpo/dpo.{jsonl,parquet}            TRL preference pairs (prompt, chosen, rejected)
+//	dpo/llamafactory.jsonl             LLaMA-Factory ranking pairs (single-message sides)
+//	verifier/verifier.{jsonl,parquet}  YES/NO trajectories, balanced
+//	grpo/grpo.{jsonl,parquet}          GRPO groups with advantages
+//	dataset_info.json, manifest.json, DATACARD.md
+func Build(ctx context.Context, src Source, storeName string, f Filter, o Options, out string) (Result, error) {
+	rows, runs, ls, err := Load(ctx, src, f)
+	if err != nil {
+		return Result{}, err
+	}
+	if o.ObsRole == "" {
+		o.ObsRole = RoleTool
+	}
+	if o.GRPO.Eps == 0 {
+		o.GRPO.Eps = 1e-6
+	}
+	if o.GRPO.Scale == "" {
+		o.GRPO.Scale = "group"
+	}
+	eps := make([]*Episode, len(rows))
+	for i := range rows {
+		eps[i] = NewEpisode(&rows[i], o.ObsRole)
+	}
+	res := Result{SFT: SFT(eps), DPO: DPO(eps, o), Verifier: Verifier(eps, o)}
+	var rejectedTasks int
+	res.Rejected, rejectedTasks = RejectionSample(eps)
+	var gst GRPOStats
+	res.GRPO, gst = GRPO(eps, o.GRPO)
+
+	var files []string
+	add := func(fs []string, err error) error {
+		files = append(files, fs...)
+		return err
+	}
+	var lf []lfPair
+	counts := map[string]int{"episodes": len(rows), "sft": len(res.SFT), "rejection_sampled": len(res.Rejected),
+		"rejection_tasks_without_success": rejectedTasks, "verifier": len(res.Verifier),
+		"grpo_samples": gst.Samples, "grpo_groups": gst.Groups, "grpo_zero_variance_groups": gst.ZeroVariance,
+		"grpo_dropped_zero_variance_groups": gst.DroppedZeroVariance}
+	for _, p := range res.DPO {
+		counts["dpo_"+p.Kind]++
+		if len(p.Chosen) == 1 && len(p.Rejected) == 1 {
+			lf = append(lf, lfPair{Messages: p.Prompt, Chosen: p.Chosen[0], Rejected: p.Rejected[0]})
+		}
+	}
+	counts["dpo"] = len(res.DPO)
+	counts["dpo_llamafactory"] = len(lf)
+	for _, v := range res.Verifier {
+		counts["verifier_"+strings.ToLower(v.Label)]++
+	}
+	if err := firstErr(
+		add(writeBoth(out, "sft/sft", SFTSchema, res.SFT)),
+		add(writeBoth(out, "rejection/best_of_k", SFTSchema, res.Rejected)),
+		add(writeBoth(out, "dpo/dpo", DPOSchema, res.DPO)),
+		add(writeBoth(out, "verifier/verifier", VerifierSchema, res.Verifier)),
+		add(writeBoth(out, "grpo/grpo", GRPOSchema, res.GRPO)),
+	); err != nil {
+		return res, err
+	}
+	if _, err := WriteJSONL(filepath.Join(out, "dpo/llamafactory.jsonl"), lf); err != nil {
+		return res, err
+	}
+	files = append(files, "dpo/llamafactory.jsonl")
+
+	tags := llamaFactoryTags(o.ObsRole)
+	info := map[string]any{
+		"medgym_sft": map[string]any{"file_name": "sft/sft.jsonl", "formatting": "sharegpt",
+			"columns": map[string]string{"messages": "messages"}, "tags": tags},
+		"medgym_rejection": map[string]any{"file_name": "rejection/best_of_k.jsonl", "formatting": "sharegpt",
+			"columns": map[string]string{"messages": "messages"}, "tags": tags},
+		"medgym_dpo": map[string]any{"file_name": "dpo/llamafactory.jsonl", "formatting": "sharegpt", "ranking": true,
+			"columns": map[string]string{"messages": "messages", "chosen": "chosen", "rejected": "rejected"}, "tags": tags},
+		"medgym_verifier": map[string]any{"file_name": "verifier/verifier.jsonl", "formatting": "sharegpt",
+			"columns": map[string]string{"messages": "messages"}, "tags": tags},
+	}
+	if err := writeJSON(filepath.Join(out, "dataset_info.json"), info); err != nil {
+		return res, err
+	}
+	files = append(files, "dataset_info.json")
+
+	versions := map[string]bool{}
+	for i := range rows {
+		versions[rows[i].SchemaVersion] = true
+	}
+	res.Manifest = Manifest{ManifestVersion: ManifestVersion, SchemaVersion: parquet.SchemaVersion,
+		ContractVersion: schemas.Version, CreatedAt: time.Now().UTC(), Store: storeName, SourceRuns: orEmpty(runs),
+		Filters: f, ObservationRole: o.ObsRole,
+		GRPO: GRPOConfig{Eps: o.GRPO.Eps, Scale: o.GRPO.Scale, DropZeroVariance: o.GRPO.DropZeroVariance},
+		Load: ls, Counts: counts, Files: append(files, "manifest.json", "DATACARD.md"),
+		RowSchemaVersion: sortedKeys(versions)}
+	if err := writeJSON(filepath.Join(out, "manifest.json"), res.Manifest); err != nil {
+		return res, err
+	}
+	res.DataCard = DataCard(eps, res.Manifest)
+	if err := writeFile(filepath.Join(out, "DATACARD.md"), []byte(res.DataCard)); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", filepath.Base(path), err)
+	}
+	return writeFile(path, append(b, '\n'))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// DataCard renders a short Markdown summary: per dataset, episodes,
+// success share, mean turns and mean tokens; then the export counts.
+func DataCard(eps []*Episode, m Manifest) string {
+	type agg struct {
+		n, ok         int
+		turns, tokens int64
+		tasks         map[string]bool
+	}
+	by := map[string]*agg{}
+	for _, e := range eps {
+		a := by[e.Row.Dataset]
+		if a == nil {
+			a = &agg{tasks: map[string]bool{}}
+			by[e.Row.Dataset] = a
+		}
+		a.n++
+		if e.Success() {
+			a.ok++
+		}
+		a.turns += int64(e.Row.NumTurns)
+		a.tokens += e.Tokens()
+		a.tasks[e.TaskKey()] = true
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "# medgym training data\n\nSource: %s, runs %s. Trajectory schema %s. Infra failures %s.\n\n",
+		m.Store, strings.Join(m.SourceRuns, ", "), m.SchemaVersion,
+		map[bool]string{true: "included", false: fmt.Sprintf("excluded (%d)", m.Load.InfraExcluded)}[m.Filters.IncludeInfra])
+	b.WriteString("| dataset | tasks | episodes | success | mean turns | mean tokens |\n|---|---|---|---|---|---|\n")
+	for _, ds := range sortedKeys(by) {
+		a := by[ds]
+		fmt.Fprintf(&b, "| %s | %d | %d | %.1f%% | %.2f | %.0f |\n", ds, len(a.tasks), a.n,
+			100*float64(a.ok)/float64(a.n), float64(a.turns)/float64(a.n), float64(a.tokens)/float64(a.n))
+	}
+	b.WriteString("\n| export | records |\n|---|---|\n")
+	for _, k := range sortedKeys(m.Counts) {
+		fmt.Fprintf(&b, "| %s | %d |\n", k, m.Counts[k])
+	}
+	b.WriteString("\nTokens are usage totals reported by the endpoint (characters/4 where none was reported).\n")
+	return b.String()
+}

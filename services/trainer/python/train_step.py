@@ -1,0 +1,385 @@
+#!/usr/bin/python3
+"""One medgym training step: SFT, DPO or GRPO on a JSONL batch written by
+`bin/trainer` (services/trainer/internal/train).
+
+Backends
+  hf    a Hugging Face causal LM (--model) with a LoRA adapter through peft;
+        needs `transformers` and `peft` (the GPU path). The adapter directory
+        (adapter_config.json + weights) is what vLLM's /v1/load_lora_adapter
+        loads.
+  tiny  a small byte-level GRU language model defined here, trained in full
+        on CPU with Debian's python3-torch. It exists so CI can check the
+        losses; its checkpoint (model.pt) is not servable.
+  auto  hf when --model is given and transformers/peft import, else tiny.
+
+Losses (services/trainer/README.md, formats.md §7)
+  sft   mean negative log-likelihood of the tokens of messages whose
+        loss_mask is 1 (assistant turns).
+  dpo   -log σ(β[(logπθ(y+|x) − logπref(y+|x)) − (logπθ(y−|x) − logπref(y−|x))]),
+        log-probabilities summed over completion tokens only.
+  grpo  clipped surrogate min(ρÂ, clip(ρ, 1−ε, 1+ε)Â) − β·k3 per completion
+        token, ρ = exp(logπθ − logπold), k3 = e^Δ − Δ − 1 with Δ = logπref − logπθ
+        (Δ clamped to ±20, k3 to ≤10 as verl does); aggregated DAPO-style
+        (token mean over the batch, --agg token) or per sequence (--agg seq),
+        each sample scaled by its weight (staleness re-weighting). π_old is
+        the policy at the start of the step (or the sampler's recorded
+        logprobs with the hf backend when they cover every completion token);
+        π_ref is the initial policy of the step (hf: the base model, adapter
+        disabled).
+
+Outputs: --out DIR (the adapter or checkpoint) and --metrics FILE (JSON):
+loss per step and, evaluated on the batch before and after training, the
+SFT loss, the DPO implicit-reward margin, and the mean per-token
+log-probability of positive- and negative-advantage GRPO completions.
+"""
+
+import argparse
+import copy
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def read_jsonl(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+# ---------------------------------------------------------------- backends
+
+
+class TinyLM(nn.Module):
+    """Byte-level GRU language model: 256 bytes + BOS + PAD."""
+
+    VOCAB, BOS, PAD = 258, 256, 257
+
+    def __init__(self, dim=64, hidden=128):
+        super().__init__()
+        self.config = {"dim": dim, "hidden": hidden}
+        self.emb = nn.Embedding(self.VOCAB, dim)
+        self.rnn = nn.GRU(dim, hidden, batch_first=True)
+        self.out = nn.Linear(hidden, self.VOCAB)
+
+    def forward(self, ids):
+        h, _ = self.rnn(self.emb(ids))
+        return self.out(h)
+
+
+class TinyBackend:
+    name = "tiny"
+
+    def __init__(self, args):
+        self.max_len = args.max_len
+        self.model = TinyLM()
+        if args.init and os.path.exists(os.path.join(args.init, "model.pt")):
+            state = torch.load(os.path.join(args.init, "model.pt"), map_location="cpu")
+            self.model.load_state_dict(state)
+        self.ref = copy.deepcopy(self.model).eval()
+        for p in self.ref.parameters():
+            p.requires_grad_(False)
+        self.pad = TinyLM.PAD
+
+    def encode(self, messages, mask):
+        """Render messages as bytes: "<role>\\n" (never trained) then the
+        content and a newline (trained when the message's mask is 1)."""
+        ids, lm = [TinyLM.BOS], [0]
+        for m, k in zip(messages, mask):
+            head = ("<%s>\n" % m["role"]).encode()
+            body = (m["content"] + "\n").encode()
+            ids += list(head) + list(body)
+            lm += [0] * len(head) + [int(k)] * len(body)
+        return truncate(ids, lm, self.max_len)
+
+    def logits(self, model, ids, attn):
+        return model(ids)
+
+    def ref_logits(self, ids, attn):
+        with torch.no_grad():
+            return self.ref(ids)
+
+    def save(self, out):
+        os.makedirs(out, exist_ok=True)
+        torch.save(self.model.state_dict(), os.path.join(out, "model.pt"))
+        with open(os.path.join(out, "checkpoint.json"), "w") as f:
+            json.dump({"backend": "tiny", "model": "TinyLM", "config": self.model.config}, f)
+
+
+class HFBackend:
+    name = "hf"
+
+    def __init__(self, args):
+        from peft import LoraConfig, PeftModel, get_peft_model
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        dtype = torch.bfloat16 if dev == "cuda" else torch.float32
+        self.tok = AutoTokenizer.from_pretrained(args.model)
+        base = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=dtype).to(dev)
+        if args.init and os.path.exists(os.path.join(args.init, "adapter_config.json")):
+            self.model = PeftModel.from_pretrained(base, args.init, is_trainable=True)
+        else:
+            cfg = LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0,
+                             target_modules="all-linear", task_type="CAUSAL_LM")
+            self.model = get_peft_model(base, cfg)
+        self.model.gradient_checkpointing_enable() if args.grad_ckpt else None
+        self.dev = dev
+        self.max_len = args.max_len
+        self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
+
+    def encode(self, messages, mask):
+        """Token spans per message by prefix differences of the chat
+        template; a message's span carries loss when its mask is 1."""
+        ids, lm, prev = [], [], []
+        for i, k in enumerate(mask):
+            cur = self.tok.apply_chat_template(messages[: i + 1], tokenize=True,
+                                               add_generation_prompt=False)
+            if cur[: len(prev)] != prev:  # template rewrote the prefix: fall back to the tail
+                cur = prev + cur[len(prev):]
+            span = cur[len(prev):]
+            ids += span
+            lm += [int(k)] * len(span)
+            prev = cur
+        return truncate(ids, lm, self.max_len)
+
+    def logits(self, model, ids, attn):
+        return model(input_ids=ids.to(self.dev), attention_mask=attn.to(self.dev)).logits.float().cpu()
+
+    def ref_logits(self, ids, attn):
+        with torch.no_grad(), self.model.disable_adapter():
+            return self.logits(self.model, ids, attn)
+
+    def save(self, out):
+        self.model.save_pretrained(out)
+        self.tok.save_pretrained(out)
+
+
+def truncate(ids, lm, max_len):
+    """Keep the last max_len tokens: the trained completion sits at the end."""
+    if len(ids) > max_len:
+        ids, lm = ids[-max_len:], lm[-max_len:]
+    return ids, lm
+
+
+def make_backend(args):
+    if args.backend in ("hf", "auto") and args.model:
+        try:
+            import peft  # noqa: F401
+            import transformers  # noqa: F401
+            return HFBackend(args)
+        except ImportError as e:
+            if args.backend == "hf":
+                sys.exit("train_step: --backend hf needs transformers and peft: %s" % e)
+    if args.backend == "hf":
+        sys.exit("train_step: --backend hf needs --model")
+    return TinyBackend(args)
+
+
+# ---------------------------------------------------------------- batches
+
+
+def pad_batch(seqs, pad):
+    """seqs: list of (ids, mask). Returns ids [B,T], attention [B,T] and the
+    shifted loss mask [B,T-1] aligned with the next-token log-probs."""
+    T = max(len(s[0]) for s in seqs)
+    ids = torch.full((len(seqs), T), pad, dtype=torch.long)
+    attn = torch.zeros((len(seqs), T), dtype=torch.long)
+    mask = torch.zeros((len(seqs), T), dtype=torch.float32)
+    for i, (x, m) in enumerate(seqs):
+        ids[i, : len(x)] = torch.tensor(x)
+        attn[i, : len(x)] = 1
+        mask[i, : len(m)] = torch.tensor(m, dtype=torch.float32)
+    return ids, attn, mask[:, 1:]
+
+
+def token_logps(logits, ids):
+    """Log-probability of each next token: [B, T-1]."""
+    lp = F.log_softmax(logits[:, :-1].float(), dim=-1)
+    return lp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+
+# ---------------------------------------------------------------- losses
+
+
+class SFT:
+    def __init__(self, be, recs, args):
+        self.be = be
+        self.batch = pad_batch([be.encode(r["messages"], r["loss_mask"]) for r in recs], be.pad)
+
+    def loss(self, model):
+        ids, attn, mask = self.batch
+        lp = token_logps(self.be.logits(model, ids, attn), ids)
+        return -(lp * mask).sum() / mask.sum().clamp(min=1)
+
+    def evaluate(self, model):
+        with torch.no_grad():
+            return {"sft_loss": self.loss(model).item()}
+
+
+class DPO:
+    def __init__(self, be, recs, args):
+        self.be, self.beta = be, args.beta
+
+        def enc(r, side):
+            msgs = r["prompt"] + r[side]
+            return be.encode(msgs, [0] * len(r["prompt"]) + [1 if m["role"] == "assistant" else 0 for m in r[side]])
+
+        self.chosen = pad_batch([enc(r, "chosen") for r in recs], be.pad)
+        self.rejected = pad_batch([enc(r, "rejected") for r in recs], be.pad)
+        self.ref_c = self.seq_logp(None, self.chosen)
+        self.ref_r = self.seq_logp(None, self.rejected)
+
+    def seq_logp(self, model, batch):
+        ids, attn, mask = batch
+        logits = self.be.ref_logits(ids, attn) if model is None else self.be.logits(model, ids, attn)
+        return (token_logps(logits, ids) * mask).sum(-1)
+
+    def margins(self, model):
+        return (self.seq_logp(model, self.chosen) - self.ref_c) - (self.seq_logp(model, self.rejected) - self.ref_r)
+
+    def loss(self, model):
+        return -F.logsigmoid(self.beta * self.margins(model)).mean()
+
+    def evaluate(self, model):
+        with torch.no_grad():
+            m = self.margins(model)
+            return {"dpo_loss": -F.logsigmoid(self.beta * m).mean().item(),
+                    "dpo_margin": (self.beta * m).mean().item(),
+                    "dpo_accuracy": (m > 0).float().mean().item()}
+
+
+class GRPO:
+    def __init__(self, be, recs, args, model):
+        self.be, self.args = be, args
+        seqs = [be.encode(r["prompt"] + r["completion"], [0] * len(r["prompt"]) + r["completion_mask"]) for r in recs]
+        self.batch = pad_batch(seqs, be.pad)
+        self.adv = torch.tensor([float(r["advantage"]) for r in recs])
+        self.w = torch.tensor([float(r.get("weight", 1.0)) for r in recs])
+        ids, attn, mask = self.batch
+        with torch.no_grad():
+            self.ref = token_logps(be.ref_logits(ids, attn), ids)
+            self.old = token_logps(be.logits(model, ids, attn), ids)
+        recorded = self.recorded_old(recs, mask)
+        if recorded is not None:
+            self.old = recorded
+
+    def recorded_old(self, recs, mask):
+        """The sampler's logprobs replace π_old only on the hf backend and
+        only when they cover exactly the trained tokens of every sample."""
+        if self.be.name != "hf":
+            return None
+        old = self.old.clone()
+        for i, r in enumerate(recs):
+            flat = [x for turn in r.get("completion_logprobs") or [] for x in turn]
+            pos = mask[i].nonzero().squeeze(-1)
+            if len(flat) != len(pos):
+                return None
+            old[i, pos] = torch.tensor(flat, dtype=old.dtype)
+        return old
+
+    def loss(self, model):
+        ids, attn, mask = self.batch
+        a = self.args
+        lp = token_logps(self.be.logits(model, ids, attn), ids)
+        ratio = torch.exp(lp - self.old)
+        adv = self.adv.unsqueeze(-1)
+        surr = torch.min(ratio * adv, torch.clamp(ratio, 1 - a.clip_eps, 1 + a.clip_eps) * adv)
+        delta = torch.clamp(self.ref - lp, -20, 20)
+        k3 = torch.clamp(torch.exp(delta) - delta - 1, max=10)
+        per_tok = (surr - a.kl_coef * k3) * self.w.unsqueeze(-1)
+        if a.agg == "seq":
+            return -((per_tok * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
+        return -(per_tok * mask).sum() / mask.sum().clamp(min=1)
+
+    def evaluate(self, model):
+        ids, attn, mask = self.batch
+        with torch.no_grad():
+            lp = token_logps(self.be.logits(model, ids, attn), ids)
+            per_seq = (lp * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+            delta = torch.clamp(self.ref - lp, -20, 20)
+            k3 = (torch.clamp(torch.exp(delta) - delta - 1, max=10) * mask).sum() / mask.sum().clamp(min=1)
+            out = {"grpo_loss": self.loss(model).item(), "kl": k3.item()}
+            for name, sel in (("pos", self.adv > 0), ("neg", self.adv < 0)):
+                out[name + "_logp"] = per_seq[sel].mean().item() if sel.any() else None
+            return out
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--mode", required=True, choices=["sft", "dpo", "grpo"])
+    p.add_argument("--data", required=True, help="JSONL batch")
+    p.add_argument("--out", required=True, help="adapter / checkpoint directory to write")
+    p.add_argument("--init", default="", help="adapter / checkpoint to start from")
+    p.add_argument("--metrics", default="", help="metrics JSON (default OUT/metrics.json)")
+    p.add_argument("--backend", default="auto", choices=["auto", "tiny", "hf"])
+    p.add_argument("--model", default="", help="Hugging Face model id or path (hf backend)")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--lr", type=float, default=0.0)
+    p.add_argument("--beta", type=float, default=0.1, help="DPO β")
+    p.add_argument("--clip-eps", type=float, default=0.2)
+    p.add_argument("--kl-coef", type=float, default=1e-3, help="GRPO k3 KL coefficient (upstream §6.2)")
+    p.add_argument("--agg", default="token", choices=["token", "seq"])
+    p.add_argument("--max-len", type=int, default=1024)
+    p.add_argument("--lora-r", type=int, default=16)
+    p.add_argument("--grad-ckpt", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    t0 = time.time()
+    recs = read_jsonl(args.data)
+    if args.mode == "grpo":
+        recs = [r for r in recs if any(r.get("completion_mask") or [])]
+    metrics = {"mode": args.mode, "records": len(recs), "steps": 0, "loss": []}
+    be = make_backend(args)
+    metrics["backend"] = be.name
+    if not recs:
+        be.save(args.out)
+        metrics.update(skipped="empty batch", seconds=time.time() - t0)
+        write_metrics(args, metrics)
+        return 0
+    lr = args.lr or {"tiny": 3e-3, "hf": 1e-5}[be.name]
+    model = be.model
+    model.train()
+    obj = {"sft": lambda: SFT(be, recs, args), "dpo": lambda: DPO(be, recs, args),
+           "grpo": lambda: GRPO(be, recs, args, model)}[args.mode]()
+    metrics["before"] = obj.evaluate(model)
+    opt = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=lr)
+    for _ in range(args.steps):
+        opt.zero_grad()
+        loss = obj.loss(model)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        metrics["loss"].append(loss.item())
+        metrics["steps"] += 1
+        if not math.isfinite(loss.item()):
+            sys.exit("train_step: loss is not finite")
+    metrics["after"] = obj.evaluate(model)
+    metrics.update(lr=lr, seconds=time.time() - t0, out=args.out)
+    be.save(args.out)
+    write_metrics(args, metrics)
+    print(json.dumps({k: metrics[k] for k in ("mode", "backend", "records", "steps", "before", "after")}))
+    return 0
+
+
+def write_metrics(args, metrics):
+    path = args.metrics or os.path.join(args.out, "metrics.json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(metrics, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
