@@ -168,7 +168,11 @@ func readMedCalc(ctx context.Context, path string) ([]Task, error) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("medcalcbench: %w", err) // csv.ParseError names file line and column
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				return nil, fmt.Errorf("medcalcbench: %s:%d: %w", path, pe.Line, pe.Err)
+			}
+			return nil, fmt.Errorf("medcalcbench: %s: %w", path, err)
 		}
 		line, _ := r.FieldPos(0)
 		t, err := medCalcTask(rec, sections)

@@ -141,4 +141,3 @@ func firstWords(s string) string {
 	w := strings.Fields(s)
 	return strings.Join(w[:min(8, len(w))], " ")
 }
-

@@ -45,6 +45,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	name := fs.String("name", host+"/llm-worker", "worker name recorded in trajectories")
 	library := fs.String("library", envOr(getenv, "MEDGYM_LIBRARY", "build/library"), "generated task library (env MEDGYM_LIBRARY)")
 	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", ":9102"), "address of /metrics and /healthz (empty: off)")
+	ackWait := fs.Duration("ack-wait", 60*time.Second, "how long a message may go unacked (in-progress acks keep long work alive) before another process gets it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -62,7 +63,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := metrics.Serve(ctx, *metricsAddr, conn, log); err != nil {
 		return err
 	}
-	return service.Run(ctx, conn, service.Config{Metrics: metrics,
+	return service.Run(ctx, conn, service.Config{Metrics: metrics, AckWait: *ackWait,
 		DataRoot: *data, TasksDir: *tasksDir, LibraryDir: *library, Concurrency: *conc, Worker: *name, SystemAsUser: *systemAsUser,
 		LLM: service.ClientDefaults{DefaultBaseURL: *llmURL, Timeout: *timeout, MaxRetries: *retries, MaxConcurrent: *maxConc,
 			NoTemperature: *noTemp, UseMaxCompletionTokens: *maxCompletion, Getenv: getenv},

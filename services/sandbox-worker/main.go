@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/services/sandbox-worker/service"
@@ -38,6 +39,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	memMB := fs.Int("memory-mb", 2048, "memory limit of one run")
 	name := fs.String("name", host+"/sandbox-worker", "worker name recorded in observations")
 	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", ":9103"), "address of /metrics and /healthz (empty: off)")
+	ackWait := fs.Duration("ack-wait", 60*time.Second, "how long a message may go unacked (in-progress acks keep long work alive) before another process gets it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -55,7 +57,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := metrics.Serve(ctx, *metricsAddr, conn, log); err != nil {
 		return err
 	}
-	return service.Run(ctx, conn, service.Config{Metrics: metrics,
+	return service.Run(ctx, conn, service.Config{Metrics: metrics, AckWait: *ackWait,
 		Sandbox: service.SandboxConfig{Backend: *backend, DataRoot: *data, WorkRoot: *workRoot, Warm: *warm,
 			Limits: service.Limits{MemoryBytes: int64(*memMB) << 20}},
 		Concurrency: *conc, Worker: *name,

@@ -1,14 +1,131 @@
-// Command trainer will turn stored trajectories into training data (SFT,
-// rejection sampling, DPO pairs, GRPO batches) and drive online RL. It is a
-// stub until its own issue; see README.md.
+// Command trainer turns stored trajectories into training data and drives
+// online RL.
+//
+//	trainer build  --store DIR|s3://... --out DIR [--run ID ...] [filters]
+//	trainer online --config FILE
+//
+// See README.md.
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/medgym/medgym/services/trainer/internal/online"
+	"github.com/medgym/medgym/services/trainer/internal/train"
+	"github.com/medgym/medgym/store"
 )
 
 func main() {
-	fmt.Fprintln(os.Stderr, "trainer: not implemented yet; see services/trainer/README.md")
-	os.Exit(2)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "trainer:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+const usage = "usage: trainer build --store URL --out DIR [flags] | trainer online --config FILE"
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errors.New(usage)
+	}
+	switch args[0] {
+	case "build":
+		return cmdBuild(ctx, args[1:], stdout, stderr)
+	case "online":
+		return cmdOnline(ctx, args[1:], stdout, stderr)
+	default:
+		return fmt.Errorf("unknown command %q; %s", args[0], usage)
+	}
+}
+
+// listFlag collects a repeatable, comma-separable flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("build", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f train.Filter
+	var o train.Options
+	storeURL := fs.String("store", "", "trajectory store: a directory or s3://bucket/prefix (S3 credentials from AWS_*)")
+	out := fs.String("out", "", "output directory")
+	fs.Var((*listFlag)(&f.Runs), "run", "run id (repeatable; default: every run in the store)")
+	fs.Var((*listFlag)(&f.Datasets), "dataset", "only these datasets (repeatable)")
+	fs.StringVar(&f.Split, "split", "", "only this split")
+	fs.Var((*listFlag)(&f.Models), "model", "only these models (repeatable)")
+	fs.Var((*listFlag)(&f.VerifierVersions), "verifier-version", "only these verifier versions (repeatable)")
+	fs.BoolVar(&f.IncludeInfra, "include-infra", false, "keep infra_failure episodes (excluded by default)")
+	fs.StringVar(&o.ObsRole, "obs-role", "tool", "role of observation turns: tool or user")
+	fs.IntVar(&o.MaxCrossPairs, "max-cross-pairs", 4, "cross-episode DPO pairs per task")
+	fs.BoolVar(&o.NoCrossPairs, "no-cross-pairs", false, "only upstream's within-episode DPO pairs")
+	fs.Int64Var(&o.Seed, "seed", 1, "seed of the verifier-data balancing")
+	fs.Float64Var(&o.GRPO.Eps, "grpo-eps", 1e-6, "ε added to the group std (verl 1e-6, TRL 1e-4)")
+	fs.StringVar(&o.GRPO.Scale, "grpo-scale", "group", "advantage scaling: group ((r−mean)/(std+ε)) or none (Dr. GRPO)")
+	fs.BoolVar(&o.GRPO.DropZeroVariance, "grpo-drop-zero-variance", false, "drop groups whose rewards are all equal")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *storeURL == "" || *out == "" {
+		return errors.New("build: --store and --out are required")
+	}
+	if o.ObsRole != "tool" && o.ObsRole != "user" {
+		return fmt.Errorf("build: --obs-role %q (want tool or user)", o.ObsRole)
+	}
+	st, err := store.Open(ctx, *storeURL, store.Options{})
+	if err != nil {
+		return err
+	}
+	res, err := train.Build(ctx, st, st.String(), f, o, *out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(stdout, res.DataCard)
+	fmt.Fprintf(stdout, "\nwritten to %s\n", *out)
+	return nil
+}
+
+func cmdOnline(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("online", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "config file (JSON or YAML)")
+	level := fs.String("log", "info", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *cfgPath == "" {
+		return errors.New("online: --config is required")
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("online: --log: %w", err)
+	}
+	cfg, err := online.LoadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
+	_, err = online.Run(ctx, cfg, stdout, log)
+	return err
 }

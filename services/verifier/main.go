@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/services/verifier/service"
@@ -40,6 +41,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	formatReward := fs.Float64("format-reward", 0, "reward added when every turn parsed (paper's GRPO setup); 0 = off")
 	library := fs.String("library", envOr(getenv, "MEDGYM_LIBRARY", "build/library"), "generated task library (env MEDGYM_LIBRARY)")
 	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", ":9104"), "address of /metrics and /healthz (empty: off)")
+	ackWait := fs.Duration("ack-wait", 60*time.Second, "how long a message may go unacked (in-progress acks keep long work alive) before another process gets it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -57,7 +59,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err := metrics.Serve(ctx, *metricsAddr, conn, log); err != nil {
 		return err
 	}
-	return service.Run(ctx, conn, service.Config{Metrics: metrics,
+	return service.Run(ctx, conn, service.Config{Metrics: metrics, AckWait: *ackWait,
 		DataRoot: *data, TasksDir: *tasksDir, LibraryDir: *library, Store: *storeURL,
 		StoreOptions: store.Options{Endpoint: *endpoint, UseSSL: !*insecure},
 		Concurrency:  *conc, FormatReward: *formatReward,

@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,6 +57,10 @@ func sequence(t *testing.T, handlers ...http.HandlerFunc) (*httptest.Server, *at
 			return
 		}
 		i := int(n.Add(1)) - 1
+		// Read the body whole, as real servers do: only then does net/http
+		// notice a client that hangs up and cancel r.Context().
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		handlers[min(i, len(handlers)-1)](w, r)
 	}))
 	t.Cleanup(srv.Close)

@@ -188,7 +188,7 @@ func (c Config) WithDefaults() Config {
 	}
 	if len(c.Train.Command) == 0 {
 		c.Train.Command = []string{"/usr/bin/python3", "services/trainer/python/train_step.py", "--mode", "grpo",
-			"--data", "{batch}", "--out", "{out}", "--init", "{init}", "--metrics", "{metrics}"}
+			"--data", "{batch}", "--out", "{out}", "--init={init}", "--metrics", "{metrics}"}
 	}
 	return c
 }

@@ -73,7 +73,7 @@ func TestOnlineLoopResumesAfterKill(t *testing.T) {
 	}
 	mark := filepath.Join(work, "killed")
 	step := fmt.Sprintf(`if [ "{version}" = 3 ] && [ ! -e %[1]s ]; then touch %[1]s; kill -9 $PPID; sleep 10; fi; `+
-		`exec /usr/bin/python3 %[2]s --mode grpo --data {batch} --out {out} --init {init} --metrics {metrics} --steps 3`, mark, script)
+		`exec /usr/bin/python3 %[2]s --mode grpo --data {batch} --out {out} --init={init} --metrics {metrics} --steps 3`, mark, script)
 	cfg := map[string]any{
 		"nats": env.NATSURL, "store": env.Store, "work_dir": work, "run_prefix": "rl", "iterations": 3,
 		"datasets": []string{"medcalcbench"}, "split": "test", "task_ids": env.TaskIDs(), "tasks_per_iteration": 3,
