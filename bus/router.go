@@ -12,7 +12,6 @@ import (
 	wjs "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/jetstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/medgym/medgym/schemas"
 )
@@ -37,9 +36,6 @@ type Router struct {
 	wlog watermill.LoggerAdapter
 	r    *message.Router
 	pub  message.Publisher
-
-	mu       sync.Mutex
-	inflight map[string]jetstream.Msg // watermill uuid → JetStream delivery
 }
 
 // NewRouter returns a Router publishing dead letters through conn.
@@ -55,7 +51,7 @@ func NewRouter(conn *Conn, log *slog.Logger) (*Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new dead-letter publisher: %w", err)
 	}
-	rt := &Router{conn: conn, log: log, wlog: wlog, r: r, pub: pub, inflight: map[string]jetstream.Msg{}}
+	rt := &Router{conn: conn, log: log, wlog: wlog, r: r, pub: pub}
 	poison, err := middleware.PoisonQueueWithFilter(pub, deadLetterPoison, IsPermanent)
 	if err != nil {
 		return nil, fmt.Errorf("poison queue: %w", err)
@@ -98,54 +94,20 @@ func Handle[In schemas.Validator](rt *Router, name string, o HandlerOptions, h f
 		if err != nil {
 			return Permanent(err)
 		}
-		stop := rt.keepAlive(msg.UUID, o.AckWait)
+		stop := rt.keepAlive(msg.Context(), o.AckWait)
 		defer stop()
 		return h(context.WithValue(msg.Context(), metadataKey{}, map[string]string(msg.Metadata)), in)
 	}
 	for i := range o.Concurrency {
-		sub, err := wjs.NewSubscriber(wjs.SubscriberConfig{
-			Conn:           rt.conn.NC,
-			Logger:         rt.wlog,
-			AckWaitTimeout: 24 * time.Hour, // the consumer's AckWait + keepAlive govern redelivery
-			ResourceInitializer: func(ctx context.Context, js jetstream.JetStream, topic string) (jetstream.Consumer, func(context.Context, watermill.LoggerAdapter), error) {
-				return cons, nil, nil
-			},
-			NakDelay:       backoff{max: 30 * time.Second},
-			ConsumeOptions: []jetstream.PullConsumeOpt{jetstream.PullMaxMessages(1)},
-			Unmarshaler:    rt,
-		})
-		if err != nil {
-			return fmt.Errorf("subscriber for %s: %w", name, err)
-		}
+		sub := newSubscriber(cons, rt.log, backoff{max: 30 * time.Second}.WaitTime)
 		rt.r.AddConsumerHandler(fmt.Sprintf("%s-%d", name, i), o.Subject.Wildcard(), sub, hf)
 	}
 	return nil
 }
 
-// Unmarshal implements wjs.Unmarshaler: it remembers the JetStream delivery
-// so that middleware can send in-progress acks and read the delivery count.
-func (rt *Router) Unmarshal(m jetstream.Msg) (*message.Message, error) {
-	wm, err := wjs.DefaultUnmarshaler{}.Unmarshal(m)
-	if err != nil {
-		return nil, err
-	}
-	wm.UUID = watermill.NewUUID()
-	rt.mu.Lock()
-	rt.inflight[wm.UUID] = m
-	rt.mu.Unlock()
-	return wm, nil
-}
-
-func (rt *Router) delivery(uuid string) (jetstream.Msg, bool) {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	m, ok := rt.inflight[uuid]
-	return m, ok
-}
-
 // keepAlive sends in-progress acks every ackWait/3 until stop is called.
-func (rt *Router) keepAlive(uuid string, ackWait time.Duration) (stop func()) {
-	m, ok := rt.delivery(uuid)
+func (rt *Router) keepAlive(ctx context.Context, ackWait time.Duration) (stop func()) {
+	m, ok := Delivery(ctx)
 	if !ok {
 		return func() {}
 	}
@@ -173,10 +135,7 @@ func (rt *Router) keepAlive(uuid string, ackWait time.Duration) (stop func()) {
 func (rt *Router) logOnce(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		out, err := h(msg)
-		m, ok := rt.delivery(msg.UUID)
-		rt.mu.Lock()
-		delete(rt.inflight, msg.UUID)
-		rt.mu.Unlock()
+		m, ok := Delivery(msg.Context())
 		if err != nil && !errors.Is(err, context.Canceled) {
 			var n uint64
 			subj := ""

@@ -93,7 +93,7 @@ const (
 // ValidToken reports whether s can be used as one subject token (run ids,
 // episode ids): non-empty, ASCII letters, digits, '-' and '_' only.
 func ValidToken(s string) bool {
-	if s == "" || len(s) > 128 {
+	if s == "" || len(s) > 256 {
 		return false
 	}
 	for _, r := range s {

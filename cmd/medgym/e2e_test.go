@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
+	"github.com/medgym/medgym/services/llm-worker/fakellm"
 	"github.com/medgym/medgym/store"
 	"github.com/medgym/medgym/tasks"
 )
@@ -140,4 +142,70 @@ func TestRunReferenceMedCalc(t *testing.T) {
 func firstWords(s string) string {
 	w := strings.Fields(s)
 	return strings.Join(w[:min(8, len(w))], " ")
+}
+
+// TestRunFakeOpenAIMultiTurn drives one episode through the openai policy
+// against a fake OpenAI-compatible server speaking the real wire format:
+// a malformed action, a program that crashes, then the right program.
+func TestRunFakeOpenAIMultiTurn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	f := baseFlags(t)
+	ts, err := tasks.Load(ctx, tasks.Source{Dataset: "medcalcbench", Split: "test", DataRoot: f.data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := ts[3]
+	good, _ := json.Marshal(map[string]any{"action": "validate_code", "params": map[string]string{"code": task.Reference}})
+	script := []string{
+		"I will compute it now: {\"action\": \"validate_code\", \"params\": {\"code\": ", // malformed
+		"```json\n{\"action\": \"validate_code\", \"params\": {\"code\": \"x = 1/0\\nprint(x)\"}}\n```",
+		string(good),
+	}
+	srv := httptest.NewServer(fakellm.New(fakellm.Config{Policy: "script", Script: script, Seed: 1, Model: "fake-model"}))
+	defer srv.Close()
+	f.policy, f.llmURL, f.model, f.runID = "openai", srv.URL+"/v1", "fake-model", "e2e-fake"
+	f.taskIDs = task.View.ID
+	spec, err := f.spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := runSpec(ctx, spec, f, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcomes[schemas.OutcomeCorrect] != 1 {
+		rows := readRun(t, ctx, f.store, "e2e-fake")
+		for _, r := range rows {
+			t.Logf("error: %s turns %d", r.Error, len(r.Turns))
+		}
+		t.Fatalf("outcomes %v, want 1 correct", res.Outcomes)
+	}
+	rows := readRun(t, ctx, f.store, "e2e-fake")
+	if len(rows) != 1 {
+		t.Fatalf("%d rows, want 1", len(rows))
+	}
+	r := rows[0]
+	if r.Policy != "openai" || r.Model != "fake-model" || r.NumTurns != 3 {
+		t.Fatalf("policy %s model %s turns %d", r.Policy, r.Model, r.NumTurns)
+	}
+	t0, t1, t2 := r.Turns[0], r.Turns[1], r.Turns[2]
+	if t0.RawText != script[0] || t0.ParseError == "" || t0.Action != "" {
+		t.Fatalf("turn 0 should keep the raw malformed text and a parse error: %+v", t0)
+	}
+	if t1.Action != "validate_code" || t1.ExecStatus != "error" || t1.ExitCode == 0 || !strings.Contains(t1.Stderr, "ZeroDivisionError") || t1.Accepted {
+		t.Fatalf("turn 1 should be a crashed run: %+v", t1)
+	}
+	if t2.RawText != script[2] || t2.ExecStatus != "ok" || !t2.Accepted {
+		t.Fatalf("turn 2 should be the accepted run: %+v", t2)
+	}
+	for i, tr := range r.Turns {
+		if tr.PromptTokens == 0 || tr.CompletionTokens == 0 {
+			t.Fatalf("turn %d lacks token counts from the usage block: %d/%d", i, tr.PromptTokens, tr.CompletionTokens)
+		}
+	}
+	// Conversation: system, user goal, then assistant/user pairs per turn.
+	if len(r.Messages) != 2+2*3 {
+		t.Fatalf("%d messages, want 8", len(r.Messages))
+	}
 }

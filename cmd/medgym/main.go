@@ -57,7 +57,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "query":
 		return cmdQuery(ctx, rest, stdout, stderr)
 	case "fake-llm":
-		return fmt.Errorf("fake-llm: temporarily unavailable")
+		return cmdFakeLLM(ctx, rest, stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -36,6 +36,10 @@ type Dispatcher struct {
 	log  *slog.Logger
 	kv   jetstream.KeyValue
 
+	// runCtx is the service's lifetime: admission loops outlive the
+	// handler call that started them.
+	runCtx context.Context
+
 	mu     sync.Mutex
 	active map[string]*runState
 	wg     sync.WaitGroup
@@ -55,7 +59,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if err != nil {
 		return fmt.Errorf("dispatcher: runs bucket: %w", err)
 	}
-	d := &Dispatcher{conn: conn, cfg: cfg, log: log, kv: kv, active: map[string]*runState{}}
+	d := &Dispatcher{conn: conn, cfg: cfg, log: log, kv: kv, runCtx: ctx, active: map[string]*runState{}}
 	defer d.wg.Wait()
 
 	// Wake a run's loop on every score (core subscription: every dispatcher hears it).
@@ -218,7 +222,7 @@ func (d *Dispatcher) startPlan(ctx context.Context, p *dispatch.Plan) error {
 			delete(d.active, p.Spec.RunID)
 			d.mu.Unlock()
 		}()
-		if err := d.loop(context.WithoutCancel(ctx), ctx.Done(), rs); err != nil {
+		if err := d.loop(context.WithoutCancel(d.runCtx), d.runCtx.Done(), rs); err != nil {
 			d.log.Error("run loop", "run", p.Spec.RunID, "err", err)
 		}
 	})

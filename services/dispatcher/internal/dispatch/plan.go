@@ -58,16 +58,20 @@ func NewPlan(spec schemas.RunSpec, selected []tasks.Task) *Plan {
 	p := &Plan{Spec: spec, byID: map[string]int{}}
 	for _, t := range selected {
 		for k := range spec.Samples {
-			p.byID[EpisodeID(t.View.ID, k)] = len(p.Episodes)
+			p.byID[EpisodeID(spec.RunID, t.View.ID, k)] = len(p.Episodes)
 			p.Episodes = append(p.Episodes, Episode{Task: t.View, Sample: k})
 		}
 	}
 	return p
 }
 
-// EpisodeID names sample k of a task. Task ids are made subject-safe.
-func EpisodeID(taskID string, k int) string {
+// EpisodeID names sample k of a task in a run. It is unique across runs:
+// workers key episode state and sandboxes by it. Task ids are made
+// subject-safe.
+func EpisodeID(runID, taskID string, k int) string {
 	var b strings.Builder
+	b.WriteString(runID)
+	b.WriteString("--")
 	for _, r := range taskID {
 		switch {
 		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
@@ -88,7 +92,7 @@ func (p *Plan) Request(i int, now time.Time) schemas.EpisodeRequest {
 		pol.Temperature = &t
 	}
 	return schemas.EpisodeRequest{
-		RunID: p.Spec.RunID, EpisodeID: EpisodeID(e.Task.ID, e.Sample), SampleIndex: e.Sample,
+		RunID: p.Spec.RunID, EpisodeID: EpisodeID(p.Spec.RunID, e.Task.ID, e.Sample), SampleIndex: e.Sample,
 		Task: e.Task, Policy: pol, Options: p.Spec.Options, RequestedAt: now,
 	}
 }

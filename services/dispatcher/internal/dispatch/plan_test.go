@@ -84,7 +84,7 @@ func TestPlanTemperatureScheduleAndIDs(t *testing.T) {
 			t.Fatalf("lookup %s = %d,%v want %d", r.EpisodeID, j, ok, i)
 		}
 	}
-	if got := EpisodeID("a/b c", 2); got != "a_b_c-k2" {
+	if got := EpisodeID("r1", "a/b c", 2); got != "r1--a_b_c-k2" {
 		t.Fatalf("EpisodeID sanitising = %q", got)
 	}
 }

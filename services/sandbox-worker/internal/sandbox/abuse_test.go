@@ -14,8 +14,13 @@ import (
 )
 
 func TestAbuse(t *testing.T) {
+	// A secret in the worker's environment must never reach agent code.
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "medgym-fake-secret-4242")
 	for name, mk := range backends() {
-		t.Run(name, func(t *testing.T) { abuse(t, mk) })
+		t.Run(name, func(t *testing.T) {
+			t.Parallel() // backends are independent; most of the time is waiting on timeouts
+			abuse(t, mk)
+		})
 	}
 }
 
@@ -38,7 +43,6 @@ func sandboxProcs(marker string) []string {
 // abuse runs hostile code against a backend: each attack must be contained,
 // reported in the ExecResult, and leave the worker able to serve.
 func abuse(t *testing.T, mk constructor) {
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "medgym-fake-secret-4242")
 	outside := openTempDir(t)
 	secret := filepath.Join(outside, "host-secret.txt")
 	if err := os.WriteFile(secret, []byte("TOPSECRET"), 0o644); err != nil {

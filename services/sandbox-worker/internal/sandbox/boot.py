@@ -1,6 +1,14 @@
 # medgym sandbox bootstrap. Runs inside the sandbox only.
 #   boot.py run CODEFILE   run one program (cold backend)
 #   boot.py serve FD       fork server on socket FD (warm backend)
+#   boot.py exec MODE CPU FSIZE NOFILE DATA
+#                          docker backend: read the program from stdin, run it
+#                          (MODE python|shell) in a child with those rlimits,
+#                          kill everything else of the sandbox user, exit with
+#                          the child's status (128+signal when signalled)
+#   boot.py init           docker backend: the container's pid 1, reaps orphans
+#                          (as init of the pid namespace it is immune to the
+#                          kill(-1) that ends every run)
 import os
 import sys
 
@@ -21,6 +29,12 @@ def _exit_code(e):
     return 1
 
 
+# Warm backend: the write end of the pipe on which a finished child tells
+# the server its exit code, so the server answers before the child's big
+# address space is torn down.
+_REPORT_FD = -1
+
+
 def _finish(code):
     try:
         import threading
@@ -35,6 +49,16 @@ def _finish(code):
     for f in (sys.stdout, sys.stderr):
         try:
             f.flush()
+        except BaseException:
+            pass
+    if _REPORT_FD >= 0:
+        try:
+            import resource
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            # Close the output first: the worker reads it to EOF.
+            os.close(1)
+            os.close(2)
+            os.write(_REPORT_FD, b"X%d %d\n" % (code, rss))
         except BaseException:
             pass
     os._exit(code)
@@ -63,33 +87,24 @@ def run_code(path, src):
 
 
 def _killall_others():
-    me = os.getpid()
-    for _ in range(200):
-        n = 0
-        for p in os.listdir("/proc"):
-            if not p.isdigit():
-                continue
-            pid = int(p)
-            if pid in (1, me):
-                continue
-            n += 1
-            try:
-                os.kill(pid, 9)
-            except OSError:
-                pass
-        if n == 0:
-            return
+    # kill(-1) signals every process we may signal except init and ourselves:
+    # in the sandbox's pid namespace that is everything the run left behind.
+    import time
+    for _ in range(500):
+        try:
+            os.kill(-1, 9)
+        except OSError:
+            return  # ESRCH: nothing left
         try:
             while os.waitpid(-1, os.WNOHANG)[0] > 0:
                 pass
         except ChildProcessError:
             pass
-        import time
-        time.sleep(0.002)
+        time.sleep(0.001)
 
 
-def _child(req, fds, sockfd):
-    import resource
+def _child(req, fds, sockfd, report):
+    global _REPORT_FD
     import signal
     out, err, codefd = fds
     os.setsid()
@@ -112,6 +127,180 @@ def _child(req, fds, sockfd):
     for s in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
         signal.signal(s, signal.SIG_DFL)
     lim = req["limits"]
+    _set_limits(lim)
+    os.chdir(req["cwd"])
+    if req["mode"] == "shell":
+        # report is close-on-exec: the shell's status comes from wait4.
+        try:
+            os.execve("/bin/sh", ["sh", "-c", src.decode("utf-8", "replace")], dict(os.environ))
+        finally:
+            os._exit(127)
+    text = src.decode("utf-8", "replace")
+    with open(CODE_PATH, "w") as f:
+        f.write(text)
+    _REPORT_FD = report
+    run_code(CODE_PATH, text)
+
+
+def _warm_steps():
+    # Run in the server before it serves, and again in each standby child
+    # while it waits: the child then already holds its own copies of the
+    # pages typical analysis code touches (copy-on-write faults happen off
+    # the critical path) and pandas' lazy imports and caches are filled.
+    # Small steps, so a standby child can stop as soon as a request waits.
+    import io
+    import numpy as np
+    import pandas as pd
+    csv = "g,v,w\na,1,0.5\nb,2,1.5\na,3,2.5\n"
+
+    def frames():
+        return pd.read_csv(io.StringIO(csv)), pd.DataFrame({"g": ["a", "b", "a", "c"], "v": [1, 2, 3, 4]})
+
+    def groupby():
+        for d in frames():
+            gb = d.groupby("g")
+            gb["v"].sum().to_dict()
+            str(gb["v"].sum())
+            gb.size()
+
+    def aggs():
+        for d in frames():
+            gb = d.groupby("g")
+            gb["v"].agg(["sum", "mean", "count", "min", "max", "std"]).to_dict()
+            gb.mean(numeric_only=True)
+            d["g"].value_counts().to_dict()
+
+    def show():
+        for d in frames():
+            repr(d)
+            d.describe()
+
+    def reshape():
+        a, b = frames()
+        a.merge(b, on="g").sort_values("v_x").head()
+        a[a["v"] > 1].reset_index(drop=True).to_csv(io.StringIO())
+        pd.concat([a, a]).drop_duplicates().pivot_table(index="g", values="v", aggfunc="sum")
+        np.asarray(a["v"]).mean()
+
+    return [groupby, aggs, show, reshape]
+
+
+def _warm(stop=None):
+    try:
+        for step in _warm_steps():
+            if stop is not None and stop():
+                return
+            step()
+    except BaseException:
+        pass
+
+
+def _standby(sock, sockfd, report, first):
+    # A pre-forked child: the fork (page-table copy of a ~150 MB
+    # interpreter) already happened while the server was idle.
+    import json
+    import select
+    import socket
+    if first:
+        # The server counts as ready only once its first standby child is.
+        _warm()
+        sock.send(b'{"ready":true}')
+    else:
+        _warm(lambda: bool(select.select([sock], [], [], 0)[0]))
+    try:
+        msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 8)
+    except OSError:
+        os._exit(121)
+    if not msg:
+        os._exit(121)  # the worker closed the socket
+    if len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        sock.send(json.dumps({"error": "want 3 fds"}).encode())
+        os._exit(122)
+    req = json.loads(msg)
+    os.write(report, b"R\n")
+    _child(req, fds, sockfd, report)
+
+
+def serve(sockfd):
+    import gc
+    import json
+    import select
+    import socket
+    for m in ("numpy", "pandas", "scipy", "scipy.stats", "sklearn", "sklearn.linear_model",
+              "sklearn.model_selection", "sklearn.metrics", "statsmodels.api", "json", "csv",
+              "re", "math", "datetime", "collections", "sqlite3", "resource", "signal", "traceback"):
+        try:
+            __import__(m)
+        except Exception:
+            pass
+    _warm()
+    gc.collect()
+    gc.freeze()
+    sock = socket.socket(fileno=sockfd)
+    first = True
+    while True:
+        r, w = os.pipe()  # close-on-exec on both ends
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(r)
+                _standby(sock, sockfd, w, first)
+            finally:
+                os._exit(120)
+        os.close(w)
+        first = False
+        pidfd = os.pidfd_open(pid)
+        buf = b""
+        status = None  # wait status or None while the child runs
+        report = None  # (code, maxrss) when the child reported itself
+        served = False
+        while report is None and status is None:
+            ready, _, _ = select.select([r, pidfd], [], [])
+            if r in ready:
+                b = os.read(r, 256)
+                buf += b
+                if buf.startswith(b"R\n"):
+                    served = True
+                    buf = buf[2:]
+                if buf.startswith(b"X") and buf.endswith(b"\n"):
+                    try:
+                        c, rss = buf[1:].split()
+                        report = (int(c), int(rss))
+                    except ValueError:
+                        pass
+                if not b and report is None:
+                    _, status, ru = os.wait4(pid, 0)
+            elif pidfd in ready:
+                _, status, ru = os.wait4(pid, 0)
+        os.close(r)
+        if report is None and not served:
+            os.close(pidfd)
+            if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 121:
+                break
+            continue  # the standby child died without a request (or sent an error)
+        # Nothing the run started may outlive it (the child itself
+        # included). One kill(-1) reaches every process (it is atomic with
+        # respect to fork), so the answer can go out at once; the loop
+        # below then waits until they are all gone before the next standby
+        # child is forked.
+        try:
+            os.kill(-1, 9)
+        except OSError:
+            pass
+        if report is not None:
+            reply = {"status": (report[0] & 0xFF) << 8, "maxrss": report[1]}
+        else:
+            reply = {"status": status, "maxrss": ru.ru_maxrss * 1024}
+        sock.send(json.dumps(reply).encode())
+        _killall_others()  # also reaps the child
+        os.close(pidfd)
+    os._exit(0)
+
+
+def _set_limits(lim):
+    import resource
     base = 0
     with open("/proc/self/status") as f:
         for line in f:
@@ -120,75 +309,60 @@ def _child(req, fds, sockfd):
     resource.setrlimit(resource.RLIMIT_CPU, (lim["cpu"], lim["cpu"] + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (lim["fsize"], lim["fsize"]))
     resource.setrlimit(resource.RLIMIT_NOFILE, (lim["nofile"], lim["nofile"]))
-    resource.setrlimit(resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"]))
+    if lim.get("nproc"):
+        resource.setrlimit(resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"]))
     resource.setrlimit(resource.RLIMIT_DATA, (base + lim["data"], base + lim["data"]))
-    os.chdir(req["cwd"])
-    if req["mode"] == "shell":
+
+
+def exec_main(argv):
+    import signal
+    mode = argv[0]
+    lim = {"cpu": int(argv[1]), "fsize": int(argv[2]), "nofile": int(argv[3]), "data": int(argv[4])}
+    src = sys.stdin.buffer.read()
+    pid = os.fork()
+    if pid == 0:
         try:
-            os.execve("/bin/sh", ["sh", "-c", src.decode("utf-8", "replace")], dict(os.environ))
+            os.setsid()
+            null = os.open("/dev/null", os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+            for s in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
+                signal.signal(s, signal.SIG_DFL)
+            _set_limits(lim)
+            if mode == "shell":
+                os.execve("/bin/sh", ["sh", "-c", src.decode("utf-8", "replace")], dict(os.environ))
+            text = src.decode("utf-8", "replace")
+            with open(CODE_PATH, "w") as f:
+                f.write(text)
+            run_code(CODE_PATH, text)
         finally:
-            os._exit(127)
-    text = src.decode("utf-8", "replace")
-    with open(CODE_PATH, "w") as f:
-        f.write(text)
-    run_code(CODE_PATH, text)
+            os._exit(127 if mode == "shell" else 120)
+    _, status = os.waitpid(pid, 0)
+    _killall_others()
+    if os.WIFSIGNALED(status):
+        os._exit(128 + os.WTERMSIG(status))
+    os._exit(os.WEXITSTATUS(status))
 
 
-def serve(sockfd):
-    import json
-    import socket
-    for m in ("numpy", "pandas", "scipy", "scipy.stats", "sklearn", "sklearn.linear_model",
-              "sklearn.model_selection", "sklearn.metrics", "statsmodels.api", "json", "csv",
-              "re", "math", "datetime", "collections", "sqlite3"):
-        try:
-            __import__(m)
-        except Exception:
-            pass
-    try:
-        # Touch the lazily imported parts of pandas most analyses use.
-        import io
-        import pandas as pd
-        df = pd.read_csv(io.StringIO("g,v\na,1\nb,2\na,3\n"))
-        df.groupby("g")["v"].agg(["sum", "mean"]).to_dict()
-        df.merge(df, on="g").sort_values("v").describe()
-        str(df)
-    except Exception:
-        pass
-    import gc
-    gc.collect()
-    gc.freeze()
-    sock = socket.socket(fileno=sockfd)
-    sock.send(b'{"ready":true}')
+def init_main():
+    import signal
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
     while True:
         try:
-            msg, fds, _, _ = socket.recv_fds(sock, 1 << 16, 8)
-        except OSError:
-            break
-        if not msg:
-            break
-        req = json.loads(msg)
-        if len(fds) != 3:
-            for fd in fds:
-                os.close(fd)
-            sock.send(json.dumps({"error": "want 3 fds"}).encode())
-            continue
-        pid = os.fork()
-        if pid == 0:
-            try:
-                _child(req, fds, sockfd)
-            finally:
-                os._exit(120)
-        for fd in fds:
-            os.close(fd)
-        _, status, ru = os.wait4(pid, 0)
-        _killall_others()
-        sock.send(json.dumps({"status": status, "maxrss": ru.ru_maxrss * 1024}).encode())
-    os._exit(0)
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+        signal.sigtimedwait({signal.SIGCHLD}, 60)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve(int(sys.argv[2]))
+    elif sys.argv[1] == "init":
+        init_main()
+    elif sys.argv[1] == "exec":
+        exec_main(sys.argv[2:])
     else:
         with open(sys.argv[2], encoding="utf-8", errors="replace") as f:
             src = f.read()

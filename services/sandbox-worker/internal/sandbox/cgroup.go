@@ -93,6 +93,7 @@ func (p *cgroupParent) remove() {
 type cgroup struct {
 	dirs          []string
 	mem, pids     string
+	cpu           string
 	memswLimitErr bool
 }
 
@@ -109,6 +110,7 @@ func (p *cgroupParent) create(name string, lim Limits, extraMem int64) (*cgroup,
 	cg.mem = filepath.Join(p.mem, name)
 	cg.pids = filepath.Join(p.pids, name)
 	cpu := filepath.Join(p.cpu, name)
+	cg.cpu = cpu
 	mem := strconv.FormatInt(lim.MemoryBytes+extraMem, 10)
 	writes := [][2]string{
 		{filepath.Join(cg.mem, "memory.limit_in_bytes"), mem},
@@ -127,6 +129,14 @@ func (p *cgroupParent) create(name string, lim Limits, extraMem int64) (*cgroup,
 		_ = os.WriteFile(filepath.Join(cg.mem, "memory.memsw.limit_in_bytes"), []byte(mem), 0o644)
 	}
 	return cg, nil
+}
+
+// setShares sets the set's CPU weight (cpu.shares; the default is 1024).
+func (c *cgroup) setShares(n int) {
+	if c == nil || c.cpu == "" {
+		return
+	}
+	_ = os.WriteFile(filepath.Join(c.cpu, "cpu.shares"), []byte(strconv.Itoa(n)), 0o644)
 }
 
 // join moves pid into every cgroup of the set.

@@ -12,7 +12,10 @@ import (
 
 func TestConformance(t *testing.T) {
 	for name, mk := range backends() {
-		t.Run(name, func(t *testing.T) { conformance(t, mk) })
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			conformance(t, mk)
+		})
 	}
 }
 

@@ -1,9 +1,99 @@
 package sandbox
 
-import "testing"
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
 
+	"github.com/medgym/medgym/schemas"
+)
+
+// newDocker builds a docker-backend Sandbox. It runs only when
+// MEDGYM_DOCKER=1 (backends() decides); then a missing engine or image is
+// a failure in CI and a skip elsewhere.
 func newDocker(t testing.TB, cfg Config) *Sandbox {
 	t.Helper()
-	t.Skip("MEDGYM_DOCKER=1 but the docker backend is not built yet (see SANDBOX.md, Not done)")
-	return nil
+	cfg.Backend = BackendDocker
+	if cfg.WorkRoot == "" {
+		cfg.WorkRoot = filepath.Join(openTempDir(t), "work")
+	}
+	if cfg.Limits.WallTimeout == 0 {
+		cfg.Limits = testLimits()
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	s, err := New(ctx, cfg, testLogger(t))
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("docker backend: %v", err)
+		}
+		t.Skipf("docker backend unavailable (scripts/docker.sh start && scripts/sandbox-image.sh): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return s
+}
+
+// dockerContainers lists the ids of containers labelled for root.
+func dockerContainers(t testing.TB, root string) []string {
+	t.Helper()
+	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label="+labelWorkRoot+"="+root).Output()
+	if err != nil {
+		t.Fatalf("docker ps: %v", err)
+	}
+	return strings.Fields(string(out))
+}
+
+// TestDockerContainers checks the docker backend's container life cycle:
+// one labelled container per episode, removed by Release, by Reap for dead
+// episodes, and by Close.
+func TestDockerContainers(t *testing.T) {
+	if os.Getenv("MEDGYM_DOCKER") != "1" {
+		t.Skip("MEDGYM_DOCKER != 1")
+	}
+	root := filepath.Join(openTempDir(t), "work")
+	s := newDocker(t, Config{WorkRoot: root})
+	a, b, c := newEpisode(), newEpisode(), newEpisode()
+	for _, ep := range []string{a, b, c} {
+		if r := exec1(t, s, code(ep, "print(1)", 20)); r.Status != schemas.StatusOK {
+			t.Fatalf("run: %+v", r)
+		}
+	}
+	if n := len(dockerContainers(t, root)); n != 3 {
+		t.Fatalf("%d containers for 3 episodes", n)
+	}
+	out, err := exec.Command("docker", "inspect", "--format",
+		"{{.HostConfig.NetworkMode}} {{.HostConfig.ReadonlyRootfs}} {{.HostConfig.CapDrop}} {{.HostConfig.SecurityOpt}} {{.Config.User}} {{index .Config.Labels \"medgym.episode\"}}",
+		dockerContainers(t, root)[0]).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(out)); !strings.HasPrefix(got, "none true [ALL] [no-new-privileges] 65534:65534 ep-") {
+		t.Fatalf("container settings: %s", got)
+	}
+	if err := s.Release(a); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(dockerContainers(t, root)); n != 2 {
+		t.Fatalf("release left %d containers, want 2", n)
+	}
+	if _, err := s.Reap(func(ep string) bool { return ep == b }); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(dockerContainers(t, root)); n != 1 {
+		t.Fatalf("reap left %d containers, want 1 (the live episode's)", n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(dockerContainers(t, root)); n != 0 {
+		t.Fatalf("close left %d containers", n)
+	}
 }

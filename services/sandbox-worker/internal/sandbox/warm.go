@@ -139,6 +139,10 @@ func (p *warmPool) startServer(dir string, fresh bool, key resKey) (*server, err
 		conn.Close()
 		return nil, err
 	}
+	// A booting server imports for ~1-2 CPU-seconds; on a small machine it
+	// must not slow the runs of servers already serving, so it gets a low
+	// CPU weight until it is ready.
+	st.cg.setShares(16)
 	go func() { _, _, _ = readStatus(st.status); st.status.Close() }()
 	srv := &server{key: key.key, st: st, conn: conn, dir: dir, dead: make(chan struct{})}
 	go func() { _ = st.cmd.Wait(); close(srv.dead) }()
@@ -149,6 +153,7 @@ func (p *warmPool) startServer(dir string, fresh bool, key resKey) (*server, err
 		srv.stop()
 		return nil, fmt.Errorf("warm server: no ready message: %v", err)
 	}
+	st.cg.setShares(1024)
 	return srv, nil
 }
 

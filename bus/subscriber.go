@@ -1,0 +1,141 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// subscriber is a Watermill message.Subscriber over one JetStream durable
+// pull consumer. We use it instead of watermill-nats' jetstream subscriber
+// (v2.1.3, documented as beta) because that one closes its output channel
+// from one goroutine while another may still send on it (a panic the race
+// detector found at shutdown), drains the shared NATS connection on Close,
+// and hides the JetStream delivery, so handlers could not send in-progress
+// acks or see the delivery count. Here one goroutine owns the output
+// channel, the delivery travels in the message context, and Close leaves
+// the connection alone. See docs/adr/0002-own-jetstream-subscriber.md.
+type subscriber struct {
+	cons     jetstream.Consumer
+	log      *slog.Logger
+	nakDelay func(delivered uint64) time.Duration
+
+	closing   chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+func newSubscriber(cons jetstream.Consumer, log *slog.Logger, nakDelay func(uint64) time.Duration) *subscriber {
+	return &subscriber{cons: cons, log: log, nakDelay: nakDelay, closing: make(chan struct{})}
+}
+
+type deliveryKey struct{}
+
+// Delivery returns the JetStream message being handled, if any.
+func Delivery(ctx context.Context) (jetstream.Msg, bool) {
+	m, ok := ctx.Value(deliveryKey{}).(jetstream.Msg)
+	return m, ok
+}
+
+// Subscribe starts pulling one message at a time. The topic is only a label:
+// the consumer's filter subject decides what arrives.
+func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	it, err := s.cons.Messages(jetstream.PullMaxMessages(1))
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan *message.Message)
+	stop := make(chan struct{})
+	s.wg.Add(2)
+	go func() { // stops the iterator, which unblocks Next
+		defer s.wg.Done()
+		select {
+		case <-ctx.Done():
+		case <-s.closing:
+		case <-stop:
+		}
+		it.Stop()
+	}()
+	go func() {
+		defer s.wg.Done()
+		defer close(out)
+		defer close(stop)
+		for {
+			jm, err := it.Next()
+			if err != nil {
+				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil || s.isClosing() {
+					return
+				}
+				s.log.Warn("pull next message", "topic", topic, "err", err)
+				continue
+			}
+			if !s.deliver(ctx, out, jm) {
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// deliver hands one message to the router and settles it; false means stop.
+func (s *subscriber) deliver(ctx context.Context, out chan<- *message.Message, jm jetstream.Msg) bool {
+	wm := message.NewMessage(watermill.NewUUID(), jm.Data())
+	for k, v := range jm.Headers() {
+		if k == nats.MsgIdHdr || len(v) == 0 {
+			continue
+		}
+		wm.Metadata.Set(k, v[0])
+	}
+	mctx, cancel := context.WithCancel(context.WithValue(ctx, deliveryKey{}, jm))
+	defer cancel()
+	wm.SetContext(mctx)
+	select {
+	case out <- wm:
+	case <-ctx.Done():
+		return false // not acked: JetStream redelivers it
+	case <-s.closing:
+		return false
+	}
+	select {
+	case <-wm.Acked():
+		if err := jm.DoubleAck(ctx); err != nil {
+			s.log.Warn("ack failed; the message will be redelivered", "subject", jm.Subject(), "err", err)
+		}
+	case <-wm.Nacked():
+		var n uint64 = 1
+		if md, err := jm.Metadata(); err == nil {
+			n = md.NumDelivered
+		}
+		if err := jm.NakWithDelay(s.nakDelay(n)); err != nil {
+			s.log.Warn("nak failed", "subject", jm.Subject(), "err", err)
+		}
+	case <-ctx.Done():
+		return false
+	case <-s.closing:
+		return false
+	}
+	return true
+}
+
+func (s *subscriber) isClosing() bool {
+	select {
+	case <-s.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close stops every subscription; unsettled messages are redelivered.
+func (s *subscriber) Close() error {
+	s.closeOnce.Do(func() { close(s.closing) })
+	s.wg.Wait()
+	return nil
+}

@@ -1,0 +1,393 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/schemas/parquet"
+	"github.com/medgym/medgym/services/llm-worker/fakellm"
+)
+
+// repoRoot is the directory holding go.work.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	wd, _ := os.Getwd()
+	for d := wd; filepath.Dir(d) != d; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
+			return d
+		}
+	}
+	t.Fatal("no go.work above the test directory")
+	return ""
+}
+
+// natsServerBinary finds the nats-server v2.15 built by scripts/setup.sh.
+func natsServerBinary(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("MEDGYM_TOOLS")
+	if dir == "" {
+		home, _ := os.UserHomeDir()
+		dir = filepath.Join(home, ".cache", "medgym", "bin")
+	}
+	p := filepath.Join(dir, "nats-server")
+	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("nats-server not found at %s: run scripts/setup.sh", p)
+		}
+		t.Skipf("nats-server not found at %s (run scripts/setup.sh)", p)
+	}
+	return p
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// buildBinaries builds the service binaries once per test binary.
+var buildOnce struct {
+	sync.Once
+	dir string
+	err error
+}
+
+func buildBinaries(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "medgym-bin-")
+		if err != nil {
+			buildOnce.err = err
+			return
+		}
+		root := repoRoot(t)
+		for _, s := range []string{"dispatcher", "llm-worker", "sandbox-worker", "verifier"} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, s), "./services/"+s)
+			cmd.Dir = root
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildOnce.err = fmt.Errorf("build %s: %v\n%s", s, err, out)
+				return
+			}
+		}
+		buildOnce.dir = dir
+	})
+	if buildOnce.err != nil {
+		t.Fatal(buildOnce.err)
+	}
+	return buildOnce.dir
+}
+
+// proc is a service process the test can kill and restart.
+type proc struct {
+	t      *testing.T
+	name   string
+	args   []string
+	log    *os.File
+	onExit func(name string, err error)
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	killing bool
+}
+
+func (p *proc) start() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cmd := exec.Command(p.args[0], p.args[1:]...)
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		p.t.Errorf("start %s: %v", p.name, err)
+		return
+	}
+	exited := make(chan struct{})
+	p.cmd, p.exited, p.killing = cmd, exited, false
+	go func() {
+		err := cmd.Wait()
+		close(exited)
+		p.mu.Lock()
+		expected := p.killing || p.cmd != cmd
+		p.mu.Unlock()
+		if !expected && p.onExit != nil {
+			p.onExit(p.name, err)
+		}
+	}()
+}
+
+// signal sends sig and waits up to d for the process to exit.
+func (p *proc) signal(sig syscall.Signal, d time.Duration) {
+	p.mu.Lock()
+	p.killing = true
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-exited:
+	case <-time.After(d):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+}
+
+func (p *proc) kill() { p.signal(syscall.SIGKILL, 5*time.Second) }
+func (p *proc) stop() { p.signal(syscall.SIGTERM, 15*time.Second) }
+
+// TestChaosExternalProcesses runs 100+ episodes against an external
+// nats-server with every service as its own process, and SIGKILLs an
+// llm-worker, a sandbox-worker, the dispatcher and the verifier at
+// different moments. The run completes, every episode is stored exactly
+// once with a real outcome, and no sandbox process is left behind.
+func TestChaosExternalProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: external processes")
+	}
+	natsBin := natsServerBinary(t)
+	bin := buildBinaries(t)
+	data := dataRoot(t)
+	// Sandboxes run as uid 65534: the work dir must be reachable by others,
+	// which t.TempDir (0700 parent) is not.
+	work, err := os.MkdirTemp("", "medgym-chaos-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(work) })
+	logf, err := os.Create(filepath.Join(work, "services.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	addr := freeAddr(t)
+	url := "nats://" + addr
+	host, port, _ := net.SplitHostPort(addr)
+	ns := &proc{t: t, name: "nats-server", log: logf, args: []string{natsBin, "-js", "-a", host, "-p", port, "-sd", filepath.Join(work, "nats")}}
+	ns.start()
+	defer ns.stop()
+	storeDir := filepath.Join(work, "store")
+	library := filepath.Join(work, "library")
+	if err := os.MkdirAll(library, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--nats", url, "--metrics", ""}
+	mk := func(name string, extra ...string) *proc {
+		args := append([]string{filepath.Join(bin, strings.TrimRight(name, "0123456789"))}, common...)
+		return &proc{t: t, name: name, log: logf, args: append(args, extra...)}
+	}
+	wr := func(i int) string {
+		d := filepath.Join(work, fmt.Sprintf("sandboxes-%d", i))
+		_ = os.MkdirAll(d, 0o755)
+		return d
+	}
+	procs := map[string]*proc{
+		"dispatcher":      mk("dispatcher", "--data", data, "--library", library),
+		"llm-worker1":     mk("llm-worker1", "--data", data, "--library", library, "--ack-wait", "4s", "--concurrency", "8"),
+		"llm-worker2":     mk("llm-worker2", "--data", data, "--library", library, "--ack-wait", "4s", "--concurrency", "8"),
+		"sandbox-worker1": mk("sandbox-worker1", "--library", library, "--work-root", wr(1), "--ack-wait", "4s"),
+		"sandbox-worker2": mk("sandbox-worker2", "--library", library, "--work-root", wr(2), "--ack-wait", "4s"),
+		"verifier":        mk("verifier", "--data", data, "--library", library, "--store", storeDir, "--ack-wait", "4s", "--concurrency", "8"),
+	}
+	// Wait until nats-server answers, then start the services.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("nats-server did not start")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, p := range procs {
+		p.start()
+	}
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			_ = os.WriteFile(filepath.Join(os.TempDir(), "medgym-chaos-services.log"), b, 0o644)
+			t.Logf("service logs (tail):\n%s", tail(string(b), 4000))
+		}
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), chaosTimeout())
+	defer cancel()
+	// A service that exits on its own (not killed by the chaos) fails the test fast.
+	for _, p := range procs {
+		p.onExit = func(name string, err error) {
+			t.Errorf("%s exited on its own: %v", name, err)
+			cancel()
+		}
+	}
+	// The fake model answers with each task's reference solution, 80% of
+	// the time; otherwise a wrong program or garbage.
+	refs, err := referenceIndex(ctx, data, []string{"medcalcbench"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	llm := httptest.NewServer(fakellm.New(fakellm.Config{Policy: "reference", PCorrect: 0.8, GarbageRate: 0.05,
+		ErrorRate429: 0.1, ErrorRate500: 0.05, Seed: 7, References: refs, Model: "fake"}))
+	defer llm.Close()
+	f := baseFlags(t)
+	f.nats, f.store, f.library = url, storeDir, library
+	f.policy, f.llmURL, f.model = "openai", llm.URL+"/v1", "fake"
+	f.limit, f.samples, f.runID, f.maxInFlight = 60, 2, "chaos", 16
+	spec, err := f.spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The chaos: kill processes as the run passes milestones, restart them.
+	conn, err := bus.Connect(ctx, url, "chaos", newLogger(io.Discard, "error"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	chaosDone := make(chan []string, 1)
+	go func() {
+		var killed []string
+		plan := []struct {
+			at   int
+			name string
+		}{{12, "llm-worker1"}, {35, "sandbox-worker1"}, {60, "dispatcher"}, {85, "verifier"}}
+		for _, step := range plan {
+			for done(ctx, conn, "chaos") < step.at {
+				if ctx.Err() != nil {
+					chaosDone <- killed
+					return
+				}
+				time.Sleep(30 * time.Millisecond)
+			}
+			procs[step.name].kill()
+			killed = append(killed, step.name)
+			time.Sleep(300 * time.Millisecond)
+			procs[step.name].start()
+		}
+		chaosDone <- killed
+	}()
+	res, err := runSpec(ctx, spec, f, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := <-chaosDone
+	if len(killed) != 4 {
+		t.Fatalf("only %v were killed: the run finished before the chaos plan", killed)
+	}
+	if res.Total != 120 {
+		t.Fatalf("run has %d episodes, want 120", res.Total)
+	}
+	rows := readRun(t, ctx, storeDir, "chaos")
+	if len(rows) != 120 {
+		t.Fatalf("store holds %d rows, want 120", len(rows))
+	}
+	// Exactly once across files, not only after ReadRun's dedupe.
+	files, _ := filepath.Glob(filepath.Join(storeDir, "trajectories", "run=chaos", "*", "*.parquet"))
+	total := 0
+	for _, fpath := range files {
+		total += countRows(t, fpath)
+	}
+	if total != 120 {
+		t.Fatalf("%d rows across %d files, want 120 (an episode was stored twice)", total, len(files))
+	}
+	for _, r := range rows {
+		if !schemas.Outcome(r.Outcome).Valid() || r.Outcome == string(schemas.OutcomeInfraFailure) {
+			t.Errorf("episode %s: outcome %q (%s)", r.EpisodeID, r.Outcome, r.Error)
+		}
+	}
+	// No sandbox process survives its worker.
+	for _, p := range procs {
+		p.stop()
+	}
+	time.Sleep(200 * time.Millisecond)
+	if left := processesMentioning(work); len(left) > 0 {
+		t.Fatalf("processes left behind: %v", left)
+	}
+}
+
+// done reads the number of scored episodes of a run.
+func done(ctx context.Context, conn *bus.Conn, run string) int {
+	s, err := conn.JS.Stream(ctx, schemas.StreamScores)
+	if err != nil {
+		return 0
+	}
+	subj := schemas.EpisodeScored.For(run)
+	info, err := s.Info(ctx, jsSubjects(subj))
+	if err != nil {
+		return 0
+	}
+	return int(info.State.Subjects[subj])
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// processesMentioning lists processes whose command line contains s.
+func processesMentioning(s string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		cl := strings.ReplaceAll(string(b), "\x00", " ")
+		if strings.Contains(cl, s) && !strings.Contains(cl, "nats-server") {
+			out = append(out, e.Name()+": "+cl)
+		}
+	}
+	return out
+}
+
+func countRows(t *testing.T, path string) int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := parquet.Read(context.Background(), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(rows)
+}
+
+func jsSubjects(subj string) jetstream.StreamInfoOpt { return jetstream.WithSubjectFilter(subj) }
+
+func chaosTimeout() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("MEDGYM_CHAOS_TIMEOUT")); err == nil {
+		return d
+	}
+	return 8 * time.Minute
+}
