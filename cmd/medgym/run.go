@@ -53,6 +53,7 @@ type runFlags struct {
 	episodeTO    int
 	maxInFlight  int
 	quiet        bool
+	specFile     string
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -83,6 +84,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.episodeTO, "episode-timeout", 0, "seconds per episode (0 = none)")
 	fs.IntVar(&f.maxInFlight, "max-in-flight", 64, "episodes in flight at once")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress line")
+	fs.StringVar(&f.specFile, "spec", "", "run spec file (YAML or JSON, keys as schemas.RunSpec); flags given explicitly override it")
 }
 
 func (f *runFlags) spec() (schemas.RunSpec, error) {
@@ -93,7 +95,7 @@ func (f *runFlags) spec() (schemas.RunSpec, error) {
 	pol := schemas.PolicySpec{Name: f.policy, Model: f.model, BaseURL: f.llmURL, APIKeyEnv: f.apiKeyEnv,
 		MaxTokens: f.maxTokens, Logprobs: f.logprobs}
 	if f.policy == schemas.PolicyReference {
-		pol = schemas.PolicySpec{Name: schemas.PolicyReference, Model: "reference-solution"}
+		pol.Model = "reference-solution" // labelled as such everywhere it appears
 	}
 	var temps []float64
 	for _, s := range splitList(f.temperatures) {
@@ -127,6 +129,16 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	spec, err := f.spec()
+	if f.specFile != "" {
+		file, ferr := loadSpecFile(f.specFile)
+		if ferr != nil {
+			return ferr
+		}
+		spec, err = overlay(fs, file, spec), nil
+		if err = spec.Validate(); err != nil {
+			return fmt.Errorf("run spec %s: %w", f.specFile, err)
+		}
+	}
 	if err != nil {
 		return err
 	}

@@ -139,6 +139,9 @@ func (p *warmPool) startServer(dir string, fresh bool, key resKey) (*server, err
 		conn.Close()
 		return nil, err
 	}
+	// Only the server may hold the peer end now: when it dies before it is
+	// ready, the read below sees EOF instead of waiting for the deadline.
+	theirs.Close()
 	// A booting server imports for ~1-2 CPU-seconds; on a small machine it
 	// must not slow the runs of servers already serving, so it gets a low
 	// CPU weight until it is ready.

@@ -1,0 +1,272 @@
+// Package report turns the trajectory rows of one run into a Markdown report
+// with SVG charts: success rates per dataset and category, Pass@k and Best@k
+// curves over the K samples of each task, the turn-count and action-mix
+// histograms, token usage and cost, and the outcome breakdown.
+//
+// Conventions, stated once:
+//   - infra_failure episodes are never the model's fault: they are counted in
+//     the outcome breakdown and left out of every success rate, Pass@k and
+//     Best@k;
+//   - a task is (dataset, split, task id); its samples are its rows;
+//   - Pass@k is the unbiased estimator 1 − C(n−c, k)/C(n, k) (Chen et al.
+//     2021) per task with n scored samples of which c are correct, averaged
+//     over the tasks with n ≥ k;
+//   - Best@k has no reward model: among a task's first k scored samples (in
+//     sample-index order) the selector picks the sample that ended on its
+//     own, with an accepted code execution or an explicit answer
+//     (termination "accepted" or "answered"), with the fewest turns; with no
+//     such sample, the one with the fewest turns; ties go to the lower sample
+//     index. Best@k is the share of tasks (with n ≥ k) whose pick is correct.
+//     Under --end-on accepted the "accepted" termination comes from the
+//     verifier's check, so Best@k then leans on the verifier.
+package report
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/schemas/parquet"
+)
+
+// Options configure a report.
+type Options struct {
+	// PriceIn and PriceOut are USD per 1M prompt and completion tokens.
+	PriceIn, PriceOut float64
+}
+
+// Group is the success rate of one dataset or category.
+type Group struct {
+	Name     string
+	Episodes int // all episodes, infra failures included
+	Scored   int // episodes minus infra failures
+	Correct  int
+}
+
+// Rate is Correct/Scored (0 when nothing was scored).
+func (g Group) Rate() float64 { return ratio(g.Correct, g.Scored) }
+
+// Count is a labelled count.
+type Count struct {
+	Name string
+	N    int
+}
+
+// AtK holds Pass@k and Best@k for one k.
+type AtK struct {
+	K     int
+	Tasks int // tasks with at least k scored samples
+	Pass  float64
+	Best  float64
+}
+
+// Report is what a run's rows say.
+type Report struct {
+	RunID      string
+	Episodes   int
+	Scored     int
+	Correct    int
+	Tasks      int
+	K          int // the most scored samples any task has
+	Outcomes   []Count
+	ByDataset  []Group
+	ByCategory []Group
+	AtK        []AtK
+	Turns      []Count // Name is the turn count
+	Actions    []Count
+	Tokens     Tokens
+}
+
+// Tokens is token usage and cost.
+type Tokens struct {
+	Prompt, Completion int64
+	PriceIn, PriceOut  float64 // USD per 1M tokens
+}
+
+// Cost is the run's cost in USD.
+func (t Tokens) Cost() float64 {
+	return float64(t.Prompt)/1e6*t.PriceIn + float64(t.Completion)/1e6*t.PriceOut
+}
+
+// Action-mix labels besides the action names.
+const (
+	LabelParseError = "parse_error"
+	LabelOther      = "other"
+)
+
+// ActionLabels is the order of the action-mix histogram.
+var ActionLabels = []string{schemas.ActionValidateCode, schemas.ActionRequestInfo, schemas.ActionTerminal,
+	schemas.ActionDebug, schemas.ActionAnswer, LabelParseError, LabelOther}
+
+// Build computes the report of rows.
+func Build(runID string, rows []parquet.Row, opt Options) Report {
+	r := Report{RunID: runID, Episodes: len(rows), Tokens: Tokens{PriceIn: opt.PriceIn, PriceOut: opt.PriceOut}}
+	outcomes := map[string]int{}
+	byDS, byCat := map[string]*Group{}, map[string]*Group{}
+	turns := map[int]int{}
+	actions := map[string]int{}
+	type taskKey struct{ ds, split, id string }
+	samples := map[taskKey][]parquet.Row{}
+	for _, row := range rows {
+		outcomes[row.Outcome]++
+		infra := row.Outcome == string(schemas.OutcomeInfraFailure)
+		correct := row.Outcome == string(schemas.OutcomeCorrect)
+		for _, g := range []*Group{group(byDS, row.Dataset), group(byCat, row.Dataset+"/"+row.Category)} {
+			g.Episodes++
+			if !infra {
+				g.Scored++
+			}
+			if correct {
+				g.Correct++
+			}
+		}
+		if !infra {
+			r.Scored++
+			k := taskKey{row.Dataset, row.Split, row.TaskID}
+			samples[k] = append(samples[k], row)
+		}
+		if correct {
+			r.Correct++
+		}
+		turns[int(row.NumTurns)]++
+		for _, t := range row.Turns {
+			actions[actionLabel(t)]++
+		}
+		r.Tokens.Prompt += row.PromptTokens
+		r.Tokens.Completion += row.CompletionTokens
+	}
+	for _, o := range schemas.Outcomes {
+		r.Outcomes = append(r.Outcomes, Count{string(o), outcomes[string(o)]})
+		delete(outcomes, string(o))
+	}
+	for _, name := range sortedKeys(outcomes) { // outcomes this build does not know
+		r.Outcomes = append(r.Outcomes, Count{name, outcomes[name]})
+	}
+	r.ByDataset, r.ByCategory = groups(byDS), groups(byCat)
+	for _, n := range sortedKeys(turns) {
+		r.Turns = append(r.Turns, Count{fmt.Sprint(n), turns[n]})
+	}
+	for _, a := range ActionLabels {
+		r.Actions = append(r.Actions, Count{a, actions[a]})
+	}
+
+	r.Tasks = len(samples)
+	for _, s := range samples {
+		slices.SortFunc(s, func(a, b parquet.Row) int {
+			return cmp.Or(cmp.Compare(a.SampleIndex, b.SampleIndex), cmp.Compare(a.EpisodeID, b.EpisodeID))
+		})
+		r.K = max(r.K, len(s))
+	}
+	for k := 1; k <= r.K; k++ {
+		a := AtK{K: k}
+		for _, s := range samples {
+			if len(s) < k {
+				continue
+			}
+			a.Tasks++
+			c := 0
+			for _, row := range s {
+				if row.Outcome == string(schemas.OutcomeCorrect) {
+					c++
+				}
+			}
+			a.Pass += PassAtK(len(s), c, k)
+			if Select(s[:k]).Outcome == string(schemas.OutcomeCorrect) {
+				a.Best++
+			}
+		}
+		if a.Tasks > 0 {
+			a.Pass /= float64(a.Tasks)
+			a.Best /= float64(a.Tasks)
+		}
+		r.AtK = append(r.AtK, a)
+	}
+	return r
+}
+
+// PassAtK is the unbiased estimator 1 − C(n−c, k)/C(n, k) of the chance
+// that at least one of k samples drawn without replacement from n, of which
+// c are correct, is correct. It is computed as a product, so large n does
+// not overflow.
+func PassAtK(n, c, k int) float64 {
+	if k <= 0 || k > n {
+		return 0
+	}
+	if n-c < k {
+		return 1
+	}
+	p := 1.0
+	for i := n - c + 1; i <= n; i++ {
+		p *= 1 - float64(k)/float64(i)
+	}
+	return 1 - p
+}
+
+// Select is the Best@k selector (see the package doc): prefer samples that
+// ended with an accepted run or an explicit answer, then fewer turns, then
+// the lower sample index. s must be sorted by sample index and non-empty.
+func Select(s []parquet.Row) parquet.Row {
+	best := s[0]
+	for _, row := range s[1:] {
+		if better(row, best) {
+			best = row
+		}
+	}
+	return best
+}
+
+func better(a, b parquet.Row) bool {
+	ea, eb := explicitEnd(a), explicitEnd(b)
+	if ea != eb {
+		return ea
+	}
+	return a.NumTurns < b.NumTurns
+}
+
+func explicitEnd(r parquet.Row) bool {
+	return r.Termination == string(schemas.EndAccepted) || r.Termination == string(schemas.EndAnswered)
+}
+
+func actionLabel(t parquet.Turn) string {
+	if t.ParseError != "" {
+		return LabelParseError
+	}
+	if slices.Contains(ActionLabels[:5], t.Action) {
+		return t.Action
+	}
+	return LabelOther
+}
+
+func group(m map[string]*Group, name string) *Group {
+	g, ok := m[name]
+	if !ok {
+		g = &Group{Name: name}
+		m[name] = g
+	}
+	return g
+}
+
+func groups(m map[string]*Group) []Group {
+	out := make([]Group, 0, len(m))
+	for _, name := range sortedKeys(m) {
+		out = append(out, *m[name])
+	}
+	return out
+}
+
+func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func ratio(a, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
