@@ -23,6 +23,8 @@ Usage:
   medgym tasks    stats|show|verify|list [flags]
   medgym sandbox  exec [flags] < code.py
   medgym query    --store DIR "SQL"
+  medgym replay   --store DIR --run ID [flags]   re-execute a run's actions, re-score it, report changes
+  medgym report   --store DIR --run ID [--out DIR]   Markdown + SVG report of a run
   medgym fake-llm [flags]   a fake OpenAI-compatible server (a test tool)
 
 Run "medgym COMMAND -h" for a command's flags.
@@ -56,6 +58,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdSandbox(ctx, rest, stdout, stderr)
 	case "query":
 		return cmdQuery(ctx, rest, stdout, stderr)
+	case "replay":
+		return cmdReplay(ctx, rest, stdout, stderr)
+	case "report":
+		return cmdReport(ctx, rest, stdout, stderr)
 	case "fake-llm":
 		return cmdFakeLLM(ctx, rest, stdout, stderr)
 	case "-h", "--help", "help":

@@ -41,6 +41,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	maxConc := fs.Int("llm-max-concurrent", 8, "requests in flight per endpoint")
 	noTemp := fs.Bool("no-temperature", false, "omit temperature/top_p (models that refuse them)")
 	maxCompletion := fs.Bool("max-completion-tokens", false, "send max_completion_tokens instead of max_tokens")
+	dbgURL := fs.String("debugger-url", "", "base URL of the debug action's model (default: the episode's endpoint)")
+	dbgModel := fs.String("debugger-model", "", "model answering the debug action (default: the episode's model)")
+	dbgKeyEnv := fs.String("debugger-api-key-env", "", "environment variable holding the debugger's API key (default: the episode's)")
 	systemAsUser := fs.Bool("system-as-user", false, "fold the system prompt into the first user message")
 	name := fs.String("name", host+"/llm-worker", "worker name recorded in trajectories")
 	library := fs.String("library", envOr(getenv, "MEDGYM_LIBRARY", "build/library"), "generated task library (env MEDGYM_LIBRARY)")
@@ -67,6 +70,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		DataRoot: *data, TasksDir: *tasksDir, LibraryDir: *library, Concurrency: *conc, Worker: *name, SystemAsUser: *systemAsUser,
 		LLM: service.ClientDefaults{DefaultBaseURL: *llmURL, Timeout: *timeout, MaxRetries: *retries, MaxConcurrent: *maxConc,
 			NoTemperature: *noTemp, UseMaxCompletionTokens: *maxCompletion, Getenv: getenv},
+		Debugger: service.DebuggerConfig{BaseURL: *dbgURL, Model: *dbgModel, APIKeyEnv: *dbgKeyEnv},
 	}, log)
 }
 

@@ -139,7 +139,7 @@ func (s *server) waitReady() error {
 		}
 		if resp, err := client.Do(req); err == nil {
 			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode == http.StatusOK && s.apiUp(ctx, client) {
 				return nil
 			}
 		}
@@ -151,6 +151,22 @@ func (s *server) waitReady() error {
 		case <-tick.C:
 		}
 	}
+}
+
+// apiUp reports whether the S3 API answers: right after a restart the
+// health endpoint can say ready while S3 calls still get 503 "Server not
+// initialized yet". An anonymous ListBuckets answers 403 once it is up.
+func (s *server) apiUp(ctx context.Context, client *http.Client) bool {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.endpoint+"/", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode != http.StatusServiceUnavailable
 }
 
 // stop kills the process (by its PID) and waits for it to exit.

@@ -33,6 +33,9 @@ type Config struct {
 	SystemAsUser bool
 	// LLM are the defaults for OpenAI-compatible clients.
 	LLM policy.ClientDefaults
+	// Debugger configures the model behind the debug action; its zero value
+	// uses each episode's own endpoint and model.
+	Debugger DebuggerConfig
 	// AckWait for the consumers (in-progress acks keep long steps alive).
 	AckWait time.Duration
 }
@@ -63,6 +66,9 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 			}
 			return nil, fmt.Errorf("unknown policy %q", spec.Name)
 		},
+	}
+	if !cfg.Debugger.Off {
+		eng.Debugger = policy.Debugger{Config: cfg.Debugger, Pool: pool}
 	}
 	w := &worker{conn: conn, kv: kv, eng: eng, log: log}
 	rt, err := bus.NewRouter(conn, log)
@@ -175,3 +181,7 @@ func (w *worker) publish(ctx context.Context, st schemas.EpisodeState, step epis
 // ClientDefaults configures OpenAI-compatible clients (re-exported for the
 // operator CLI).
 type ClientDefaults = policy.ClientDefaults
+
+// DebuggerConfig configures the debug action's model (re-exported for the
+// operator CLI).
+type DebuggerConfig = policy.DebuggerConfig

@@ -86,7 +86,7 @@ func barChart(title, ylabel string, labels []string, values []float64, ymax floa
 		fmt.Fprintf(&s.b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s: %s</title></rect>`+"\n",
 			x, y0-bh, bw, bh, palette[0], esc(labels[i]), esc(fmtV(v)))
 		s.text(x+bw/2, y0-bh-4, "middle", 11, fmtV(v))
-		s.rotated(x+bw/2, y0+14, labels[i])
+		s.rotated(x+bw/2, y0+14, shorten(labels[i], 28))
 	}
 	return s.bytes()
 }
@@ -134,4 +134,13 @@ func lineChart(title, xlabel, ylabel string, ss []series) []byte {
 		s.text(lx+20, ly, "start", 12, se.name)
 	}
 	return s.bytes()
+}
+
+// shorten cuts a long axis label (the bar's <title> keeps the full name).
+func shorten(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
 }

@@ -11,6 +11,12 @@
 //     the trajectory (upstream drops it) and the model is told the error;
 //   - EndOn "accepted": the first code execution the verifier accepts ends
 //     the episode; "answer": only an explicit answer action does; "both";
+//   - ShowVerdict appends the verifier's verdict to a code run's
+//     observation (upstream never shows it); with EndOn "answer" it is the
+//     only reason code runs are checked at all;
+//   - an action the task does not permit, and a rejected answer (EndOn
+//     "accepted"), consume a turn with an error observation and are never
+//     executed nor replayed;
 //   - the loop guard sees the same action with the same params as the
 //     previous turn and either warns the model or stops with outcome loop;
 //   - MaxTurns policy steps at most; a policy that keeps failing beyond its

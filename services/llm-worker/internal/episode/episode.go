@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,9 +27,12 @@ type Policy interface {
 	Complete(ctx context.Context, req schemas.EpisodeRequest, msgs []schemas.ChatMessage) (Completion, error)
 }
 
-// Debugger answers upstream's debug action (an env-side model call).
+// Debugger answers upstream's debug action: an env-side model call, not a
+// policy step. turns are the episode's turns before the debug action (the
+// debugger reads the request_info results from them); code and errMsg are
+// the action's parameters.
 type Debugger interface {
-	Debug(ctx context.Context, req schemas.EpisodeRequest, msgs []schemas.ChatMessage, code, errMsg string) (string, error)
+	Debug(ctx context.Context, req schemas.EpisodeRequest, turns []schemas.Turn, code, errMsg string) (string, error)
 }
 
 // Engine runs episodes.
@@ -77,6 +81,9 @@ func (e *Engine) Continue(ctx context.Context, st schemas.EpisodeState, obs sche
 	if st.Result != nil || st.PendingAction == nil || st.PendingAction.Ref.Turn != obs.Ref.Turn {
 		return st, Step{}, ErrStale
 	}
+	// Copy what is written below so the caller's st is never changed.
+	st.Turns = slices.Clone(st.Turns)
+	st.Messages = slices.Clip(st.Messages)
 	t := &st.Turns[obs.Ref.Turn]
 	r := obs.Result
 	t.Observation = agent.ObservationMessage(r, obs.Check, st.Request.Options.ShowVerdict)
@@ -138,10 +145,12 @@ func (e *Engine) advance(ctx context.Context, st schemas.EpisodeState) (schemas.
 			continue
 		}
 		t.ActionName, t.ParamsJSON = act.Name, string(act.Params)
-		if !permitted(req.Task, act.Name) {
+		// answer is governed by EndOn (the prompt offers it whenever EndOn
+		// allows it), not by the task's permitted actions.
+		if act.Name != schemas.ActionAnswer && !permitted(req.Task, act.Name) {
 			t.Observation = fmt.Sprintf("Error: the action %q is not permitted for this task; permitted actions: %s.",
 				act.Name, strings.Join(req.Task.PermittedActions, ", "))
-			t.ExecStatus = schemas.StatusError
+			t.ExecStatus = schemas.StatusInfo // answered here, never executed
 			st.Turns = append(st.Turns, t)
 			st.Messages = append(st.Messages, schemas.ChatMessage{Role: "user", Content: t.Observation})
 			continue
@@ -180,10 +189,12 @@ func (e *Engine) advance(ctx context.Context, st schemas.EpisodeState) (schemas.
 		ar := schemas.ActionRequest{
 			Ref: schemas.EpisodeRef{RunID: req.RunID, EpisodeID: req.EpisodeID, TaskID: req.Task.ID,
 				Dataset: req.Task.Dataset, Split: req.Task.Split, Turn: idx},
-			Action:       act,
-			Resources:    req.Task.Resources,
-			TimeoutSec:   req.Options.ActionTimeoutSec,
-			Check:        act.Name == schemas.ActionValidateCode && req.Options.EndOn != schemas.EndOnAnswer,
+			Action:     act,
+			Resources:  req.Task.Resources,
+			TimeoutSec: req.Options.ActionTimeoutSec,
+			// A verdict ends the episode unless EndOn is "answer"; there it
+			// is only wanted to be shown (ShowVerdict).
+			Check:        act.Name == schemas.ActionValidateCode && (req.Options.EndOn != schemas.EndOnAnswer || req.Options.ShowVerdict),
 			VerifierMode: req.Options.VerifierMode,
 			Replay:       replayable(st.Turns[:idx]),
 		}
@@ -201,7 +212,7 @@ func (e *Engine) debug(ctx context.Context, st schemas.EpisodeState, act schemas
 		ErrorMsg string `json:"error_msg"`
 	}
 	_ = jsonUnmarshal(act.Params, &p)
-	out, err := e.Debugger.Debug(ctx, st.Request, st.Messages, p.Code, p.ErrorMsg)
+	out, err := e.Debugger.Debug(ctx, st.Request, st.Turns, p.Code, p.ErrorMsg)
 	if err != nil {
 		return "The debugger model could not be reached: " + err.Error()
 	}
@@ -265,7 +276,7 @@ func lastAnswer(turns []schemas.Turn) string {
 func replayable(turns []schemas.Turn) []schemas.Action {
 	var out []schemas.Action
 	for _, t := range turns {
-		if t.ParseError == "" && t.ExecStatus != schemas.StatusInfo &&
+		if t.ParseError == "" && t.ExecStatus != "" && t.ExecStatus != schemas.StatusInfo &&
 			(t.ActionName == schemas.ActionValidateCode || t.ActionName == schemas.ActionTerminal) {
 			out = append(out, schemas.Action{Name: t.ActionName, Params: []byte(t.ParamsJSON)})
 		}

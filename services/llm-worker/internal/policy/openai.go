@@ -39,42 +39,53 @@ type OpenAIPool struct {
 
 // Policy returns the policy for spec.
 func (p *OpenAIPool) Policy(spec schemas.PolicySpec) (episode.Policy, error) {
-	base := spec.BaseURL
+	c, err := p.client(spec.BaseURL, spec.Model, spec.APIKeyEnv, spec.Logprobs)
+	if err != nil {
+		return nil, fmt.Errorf("policy openai: %w", err)
+	}
+	return OpenAI{c}, nil
+}
+
+// client returns the shared client for (base URL, model, key variable,
+// token ids); an empty base is the pool's default, an empty key variable
+// OPENAI_API_KEY. Whether token ids are requested is part of the key, so a
+// run with logprobs never reuses a client made for a run without.
+func (p *OpenAIPool) client(base, model, keyEnv string, tokenIDs bool) (*llm.Client, error) {
 	if base == "" {
 		base = p.Defaults.DefaultBaseURL
 	}
 	if base == "" {
-		return nil, fmt.Errorf("policy openai: no base URL (set --llm-url)")
+		return nil, fmt.Errorf("no base URL (set --llm-url)")
 	}
-	keyEnv := spec.APIKeyEnv
 	if keyEnv == "" {
 		keyEnv = "OPENAI_API_KEY"
 	}
-	key := base + "\x00" + spec.Model + "\x00" + keyEnv
+	d := p.Defaults
+	tokenIDs = tokenIDs || d.RequestTokenIDs
+	key := fmt.Sprintf("%s\x00%s\x00%s\x00%t", base, model, keyEnv, tokenIDs)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c, ok := p.clients[key]; ok {
-		return OpenAI{c}, nil
+		return c, nil
 	}
-	getenv := p.Defaults.Getenv
+	getenv := d.Getenv
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	d := p.Defaults
 	c, err := llm.New(llm.Config{
-		BaseURL: base, Model: spec.Model, APIKey: getenv(keyEnv),
+		BaseURL: base, Model: model, APIKey: getenv(keyEnv),
 		Timeout: d.Timeout, MaxConcurrent: d.MaxConcurrent, MaxRetries: d.MaxRetries, MaxRetryWait: d.MaxRetryWait,
 		NoTemperature: d.NoTemperature, UseMaxCompletionTokens: d.UseMaxCompletionTokens,
-		RequestTokenIDs: d.RequestTokenIDs || spec.Logprobs,
+		RequestTokenIDs: tokenIDs,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("policy openai %s at %s: %w", spec.Model, base, err)
+		return nil, fmt.Errorf("%s at %s: %w", model, base, err)
 	}
 	if p.clients == nil {
 		p.clients = map[string]*llm.Client{}
 	}
 	p.clients[key] = c
-	return OpenAI{c}, nil
+	return c, nil
 }
 
 // OpenAI is a policy backed by an OpenAI-compatible endpoint.

@@ -142,10 +142,12 @@ func (p *warmPool) startServer(dir string, fresh bool, key resKey) (*server, err
 	// Only the server may hold the peer end now: when it dies before it is
 	// ready, the read below sees EOF instead of waiting for the deadline.
 	theirs.Close()
-	// A booting server imports for ~1-2 CPU-seconds; on a small machine it
+	// A pool refill imports for ~1-2 CPU-seconds; on a small machine it
 	// must not slow the runs of servers already serving, so it gets a low
-	// CPU weight until it is ready.
-	st.cg.setShares(16)
+	// CPU weight until it is ready. A server an episode waits for does not.
+	if fresh {
+		st.cg.setShares(16)
+	}
 	go func() { _, _, _ = readStatus(st.status); st.status.Close() }()
 	srv := &server{key: key.key, st: st, conn: conn, dir: dir, dead: make(chan struct{})}
 	go func() { _ = st.cmd.Wait(); close(srv.dead) }()

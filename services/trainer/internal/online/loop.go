@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/medgym/medgym/bus"
@@ -265,7 +266,8 @@ func (l *Loop) waitScores(ctx context.Context, runID string, total int) (map[str
 		switch {
 		case ctx.Err() != nil:
 			return nil, fmt.Errorf("run %s: %d/%d scores: %w", runID, len(scores), total, ctx.Err())
-		case errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+			// no score within the wait: look again
 		case err != nil:
 			return nil, fmt.Errorf("follow scores of %s: %w", runID, err)
 		default:

@@ -1,0 +1,364 @@
+// Package replay re-executes the logged actions of stored episodes and
+// re-scores them with the current verifier: a determinism check for
+// `medgym replay`.
+//
+// For each episode, the turns that reached the sandbox during the run
+// (validate_code, terminal and request_info actions that parsed, were
+// permitted and were not stopped by the loop guard) run again, in order, in
+// a fresh workspace with the task's resources mounted. Each run is compared
+// with the recorded one on status, exit code, stdout, stderr and truncation
+// (never on duration or memory); code runs the verifier checked are checked
+// again; then the episode is scored again. Anything that differs is a
+// Change.
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/schemas/parquet"
+	verifier "github.com/medgym/medgym/services/verifier/service"
+	"github.com/medgym/medgym/tasks"
+)
+
+// Executor runs actions in per-episode workspaces; the sandbox-worker's
+// Sandbox is one.
+type Executor interface {
+	Execute(ctx context.Context, req schemas.ActionRequest) (schemas.ExecResult, error)
+	Release(episodeID string) error
+}
+
+// Options configure Run.
+type Options struct {
+	// Tasks gives each episode's task: resources, permitted actions, truth.
+	Tasks *tasks.Cache
+	Exec  Executor
+	// Mode is the verifier mode to re-score with; "" is each row's own mode.
+	Mode string
+	// FormatReward is the verifier's format reward (0: off, the default of
+	// the services).
+	FormatReward float64
+	// Episode options of the run (from its manifest); nil: the defaults.
+	// They say which actions were checked, the action timeout and the loop
+	// guard.
+	EpisodeOptions *schemas.EpisodeOptions
+	// Concurrency is the number of episodes replayed at once (< 1: 1).
+	Concurrency int
+}
+
+// Change is one difference between the record and the replay.
+type Change struct {
+	EpisodeID string
+	TaskID    string
+	// Turn is the turn index, or -1 for an episode-level field.
+	Turn int
+	// Field is exec_status, exit_code, stdout, stderr, truncated, accepted,
+	// outcome, reward or error (the episode could not be replayed).
+	Field    string
+	Recorded string
+	Replayed string
+}
+
+// Episode is the replay of one episode.
+type Episode struct {
+	// Recorded is the stored row.
+	Recorded parquet.Row
+	// Rescored is the row as the current verifier scores the replay: the
+	// replayed turns, outcome, reward, verifier version and mode (same run
+	// id as the record).
+	Rescored parquet.Row
+	// Executed counts the turns run again.
+	Executed int
+	Verdict  string
+	Changes  []Change
+}
+
+// Report is the replay of a run.
+type Report struct {
+	RunID    string
+	Episodes []Episode
+}
+
+// Changes returns every change, in episode and turn order.
+func (r Report) Changes() []Change {
+	var out []Change
+	for _, e := range r.Episodes {
+		out = append(out, e.Changes...)
+	}
+	return out
+}
+
+// Executed counts the turns run again over all episodes.
+func (r Report) Executed() int {
+	n := 0
+	for _, e := range r.Episodes {
+		n += e.Executed
+	}
+	return n
+}
+
+// Run replays rows (one run's episodes) and returns the report in the order
+// of rows. An error is returned only when ctx ends; an episode that cannot
+// be replayed is reported as a Change with Field "error".
+func Run(ctx context.Context, runID string, rows []parquet.Row, opt Options) (Report, error) {
+	if opt.Tasks == nil || opt.Exec == nil {
+		return Report{}, errors.New("replay: Tasks and Exec are required")
+	}
+	if opt.Mode != "" {
+		m, err := verifier.ParseMode(opt.Mode)
+		if err != nil {
+			return Report{}, fmt.Errorf("replay: %w", err)
+		}
+		opt.Mode = m
+	}
+	eo := schemas.DefaultOptions()
+	if opt.EpisodeOptions != nil {
+		eo = *opt.EpisodeOptions
+	}
+	out := make([]Episode, len(rows))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(1, opt.Concurrency))
+	for i := range rows {
+		g.Go(func() error {
+			out[i] = replayEpisode(gctx, rows[i], eo, opt)
+			return gctx.Err()
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return Report{}, fmt.Errorf("replay of run %s: %w", runID, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return Report{}, fmt.Errorf("replay of run %s: %w", runID, err)
+	}
+	return Report{RunID: runID, Episodes: out}, nil
+}
+
+func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptions, opt Options) Episode {
+	ep := Episode{Recorded: row}
+	fail := func(err error) Episode {
+		ep.Changes = append(ep.Changes, Change{EpisodeID: row.EpisodeID, TaskID: row.TaskID, Turn: -1,
+			Field: "error", Recorded: "", Replayed: err.Error()})
+		return ep
+	}
+	task, err := opt.Tasks.Task(ctx, row.Dataset, row.Split, row.TaskID)
+	if err != nil {
+		return fail(err)
+	}
+	mode := opt.Mode
+	if mode == "" {
+		mode = row.VerifierMode
+	}
+	if mode, err = verifier.ParseMode(mode); err != nil {
+		return fail(err)
+	}
+	defer func() { _ = opt.Exec.Release(row.EpisodeID) }()
+
+	turns := make([]schemas.Turn, len(row.Turns))
+	for i, t := range row.Turns {
+		turns[i] = toTurn(t)
+	}
+	change := func(turn int, field, rec, rep string) {
+		ep.Changes = append(ep.Changes, Change{EpisodeID: row.EpisodeID, TaskID: row.TaskID, Turn: turn,
+			Field: field, Recorded: rec, Replayed: rep})
+	}
+	for i := range row.Turns {
+		if !executed(task.View, row.Turns, i, eo.LoopGuard) {
+			continue
+		}
+		t := row.Turns[i]
+		req := schemas.ActionRequest{
+			Ref: schemas.EpisodeRef{RunID: row.RunID, EpisodeID: row.EpisodeID, TaskID: row.TaskID,
+				Dataset: row.Dataset, Split: row.Split, Turn: i},
+			Action:       schemas.Action{Name: t.Action, Params: json.RawMessage(t.ParamsJSON)},
+			Resources:    task.View.Resources,
+			TimeoutSec:   max(1, eo.ActionTimeoutSec),
+			Check:        t.Action == schemas.ActionValidateCode && eo.EndOn != schemas.EndOnAnswer,
+			VerifierMode: mode,
+		}
+		res, err := opt.Exec.Execute(ctx, req)
+		if err != nil {
+			return fail(fmt.Errorf("turn %d: %w", i, err))
+		}
+		ep.Executed++
+		if res.Status != t.ExecStatus {
+			change(i, "exec_status", t.ExecStatus, res.Status)
+		}
+		if int32(res.ExitCode) != t.ExitCode {
+			change(i, "exit_code", strconv.Itoa(int(t.ExitCode)), strconv.Itoa(res.ExitCode))
+		}
+		if res.Stdout != t.Stdout {
+			change(i, "stdout", t.Stdout, res.Stdout)
+		}
+		if res.Stderr != t.Stderr {
+			change(i, "stderr", t.Stderr, res.Stderr)
+		}
+		if res.Truncated != t.Truncated {
+			change(i, "truncated", strconv.FormatBool(t.Truncated), strconv.FormatBool(res.Truncated))
+		}
+		nt := &turns[i]
+		nt.ExecStatus, nt.ExitCode, nt.Stdout, nt.Stderr = res.Status, res.ExitCode, res.Stdout, res.Stderr
+		nt.Truncated, nt.DurationMS = res.Truncated, res.DurationMS
+		if req.Check {
+			c := verifier.CheckOutput(mode, row.Dataset, task.Truth, res)
+			if c.Accepted != t.Accepted {
+				change(i, "accepted", strconv.FormatBool(t.Accepted), strconv.FormatBool(c.Accepted))
+			}
+			nt.Accepted = c.Accepted
+		}
+	}
+
+	res := episodeResult(row, task.View, eo, mode, turns)
+	outcome, reward, verdict := verifier.Score(mode, opt.FormatReward, task.Truth, res)
+	ep.Verdict = verdict
+	if string(outcome) != row.Outcome {
+		change(-1, "outcome", row.Outcome, string(outcome))
+	}
+	if reward != row.Reward {
+		change(-1, "reward", fmtFloat(row.Reward), fmtFloat(reward))
+	}
+	ep.Rescored = rescored(row, turns, outcome, reward, verdict, mode)
+	return ep
+}
+
+// executed reports whether turn i of a recorded episode reached the
+// sandbox, following the llm-worker's rules: the action parsed, is a
+// sandbox action, is permitted for the task, was not a repeat stopped or
+// warned by the loop guard, and got an observation.
+func executed(view schemas.TaskView, turns []parquet.Turn, i int, loopGuard string) bool {
+	t := turns[i]
+	if t.ParseError != "" || t.ExecStatus == "" {
+		return false
+	}
+	switch t.Action {
+	case schemas.ActionValidateCode, schemas.ActionTerminal, schemas.ActionRequestInfo:
+	default:
+		return false
+	}
+	if len(view.PermittedActions) > 0 && !contains(view.PermittedActions, t.Action) {
+		return false
+	}
+	if i > 0 && loopGuard != "off" {
+		p := turns[i-1]
+		if p.ParseError == "" && p.Action == t.Action && p.ParamsJSON == t.ParamsJSON {
+			return false
+		}
+	}
+	return true
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// episodeResult rebuilds what the verifier scored from a row.
+func episodeResult(row parquet.Row, view schemas.TaskView, eo schemas.EpisodeOptions, mode string, turns []schemas.Turn) schemas.EpisodeResult {
+	view.ID, view.Dataset, view.Category, view.Split = row.TaskID, row.Dataset, row.Category, row.Split
+	eo.VerifierMode = mode
+	pol := schemas.PolicySpec{Name: row.Policy, Model: row.Model, Version: int(row.PolicyVersion)}
+	if row.Temperature != nil {
+		t := *row.Temperature
+		pol.Temperature = &t
+	}
+	msgs := make([]schemas.ChatMessage, len(row.Messages))
+	for i, m := range row.Messages {
+		msgs[i] = schemas.ChatMessage{Role: m.Role, Content: m.Content}
+	}
+	return schemas.EpisodeResult{
+		Request: schemas.EpisodeRequest{RunID: row.RunID, EpisodeID: row.EpisodeID, SampleIndex: int(row.SampleIndex),
+			Task: view, Policy: pol, Options: eo, Attempt: int(row.Attempt)},
+		Turns: turns, Messages: msgs, FinalAnswer: row.FinalAnswer, Termination: schemas.Termination(row.Termination),
+		Error: row.Error, StartedAt: row.StartedAt, FinishedAt: row.FinishedAt,
+	}
+}
+
+// rescored is the recorded row with the replayed turns and the new score.
+// The error column keeps the recorded text when the outcome is unchanged
+// (its worker part cannot be told from the old verdict); a changed outcome
+// gets the new verdict.
+func rescored(row parquet.Row, turns []schemas.Turn, outcome schemas.Outcome, reward float64, verdict, mode string) parquet.Row {
+	r := row
+	r.Turns = make([]parquet.Turn, len(row.Turns))
+	for i, t := range row.Turns {
+		n := turns[i]
+		t.ExecStatus, t.ExitCode, t.Stdout, t.Stderr = n.ExecStatus, int32(n.ExitCode), n.Stdout, n.Stderr
+		t.Truncated, t.DurationMS, t.Accepted = n.Truncated, n.DurationMS, n.Accepted
+		r.Turns[i] = t
+	}
+	if string(outcome) != row.Outcome {
+		r.Error = ""
+		if outcome != schemas.OutcomeCorrect {
+			r.Error = verdict
+		}
+	}
+	r.Outcome, r.Reward = string(outcome), reward
+	r.VerifierVersion, r.VerifierMode = verifier.Version(mode), mode
+	return r
+}
+
+func toTurn(t parquet.Turn) schemas.Turn {
+	return schemas.Turn{
+		Index: int(t.Index), RawText: t.RawText, Reasoning: t.Reasoning, FinishReason: t.FinishReason,
+		ActionName: t.Action, ParamsJSON: t.ParamsJSON, ParseError: t.ParseError, Observation: t.Observation,
+		ExecStatus: t.ExecStatus, ExitCode: int(t.ExitCode), Stdout: t.Stdout, Stderr: t.Stderr,
+		Truncated: t.Truncated, Accepted: t.Accepted, DurationMS: t.DurationMS, LLMLatencyMS: t.LLMLatencyMS,
+		PromptTokens: int(t.PromptTokens), CompletionTokens: int(t.CompletionTokens),
+		PromptTokenIDs: t.PromptTokenIDs, CompletionTokenIDs: t.CompletionTokenIDs, CompletionLogprobs: t.CompletionLogprobs,
+	}
+}
+
+func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// RunID is the run id rows re-scored under verifier version v are written
+// to: <run>-replay-<hash>, the hash being the version's rule-source hash
+// (the part after the last "."), or a cleaned copy of the whole version
+// when it has none.
+func RunID(run, version string) string {
+	h := version
+	if i := strings.LastIndex(version, "."); i >= 0 && i+1 < len(version) {
+		h = version[i+1:]
+	}
+	h = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, h)
+	return run + "-replay-" + h
+}
+
+// Versions returns the distinct recorded verifier versions of rows, in
+// first-seen order.
+func Versions(rows []parquet.Row) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if !seen[r.VerifierVersion] {
+			seen[r.VerifierVersion] = true
+			out = append(out, r.VerifierVersion)
+		}
+	}
+	return out
+}
+
+// Failed reports whether the episode could not be replayed (its Rescored
+// row is then empty).
+func (e Episode) Failed() bool {
+	for _, c := range e.Changes {
+		if c.Field == "error" {
+			return true
+		}
+	}
+	return false
+}
