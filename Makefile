@@ -7,7 +7,7 @@ TOOLS   ?= $(HOME)/.cache/medgym/bin
 export MEDGYM_TOOLS := $(TOOLS)
 SERVICES := dispatcher llm-worker sandbox-worker verifier trainer
 
-.PHONY: all setup build demo test test-short vet fmt tidy ci clean sandbox-image
+.PHONY: all setup setup-test build library demo test test-short vet fmt tidy ci clean sandbox-image
 
 all: build
 
@@ -15,11 +15,21 @@ all: build
 setup:
 	scripts/setup.sh
 
+## setup-test: setup plus the Docker engine and the sandbox image the Docker tests use
+setup-test:
+	WITH_DOCKER=1 scripts/setup.sh
+	scripts/docker.sh start
+	scripts/sandbox-image.sh
+
 ## build: bin/medgym and one binary per service
 build:
 	@mkdir -p $(BIN)
 	go build -o $(BIN)/medgym ./cmd/medgym
 	@for s in $(SERVICES); do go build -o $(BIN)/$$s ./services/$$s || exit 1; done
+
+## library: generate the task library (EHR databases, biostat, power tasks) from ../shared/data
+library: build
+	$(BIN)/medgym tasks generate
 
 ## demo: the reference policy on a small MedCalc-Bench sample, embedded defaults
 demo: setup build
@@ -34,9 +44,12 @@ fmt:
 tidy:
 	@for m in $(MODULES); do (cd $$m && GOWORK=off go mod tidy -diff >/dev/null) || { echo "go mod tidy needed in $$m"; exit 1; }; done
 
-## test: everything, with the race detector (needs `make setup` once)
-test: setup
-	CI=$${CI:-} go test -race -count=1 -timeout 20m $(PKGS)
+## test: everything, with the race detector, Docker backend included
+test: setup-test library
+	MEDGYM_DOCKER=1 MEDGYM_LIBRARY=$(CURDIR)/build/library go test -race -count=1 -timeout 30m $(PKGS)
+	@# Task generation is ~20x slower under the race detector (pure-Go SQLite), so the
+	@# generators' determinism and solvability tests run once more without it.
+	go test -count=1 -timeout 20m ./tasks/...
 
 test-short:
 	go test -short -count=1 $(PKGS)
@@ -48,3 +61,4 @@ sandbox-image:
 
 clean:
 	rm -rf $(BIN)
+bench: ; go test -run '^$$' -bench . -benchtime 1x -timeout 30m github.com/medgym/medgym/cmd/medgym

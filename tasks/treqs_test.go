@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
-	"sync"
-	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 

@@ -132,8 +132,8 @@ func (r upRow) number(f string) (float64, string, error) {
 		return 0, "", missing(f)
 	}
 	var n json.Number
-	if err := json.Unmarshal(v, &n); err != nil {
-		return 0, "", wrongType(f, "a number", v)
+	if bytes.HasPrefix(bytes.TrimSpace(v), []byte(`"`)) || json.Unmarshal(v, &n) != nil {
+		return 0, "", wrongType(f, "a number", v) // json.Number would take "64"
 	}
 	x, err := n.Float64()
 	if err != nil || math.IsNaN(x) || math.IsInf(x, 0) {

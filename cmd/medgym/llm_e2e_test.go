@@ -86,8 +86,9 @@ type fleet struct {
 	refs   map[string]string // sanitized task id → reference solution
 
 	mu      sync.Mutex
-	servers map[string]*fakellm.Server
-	down    int
+	servers   map[string]*fakellm.Server
+	down      int
+	malformed int // 200 answers with a broken body
 }
 
 func (f *fleet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -121,13 +122,20 @@ func (f *fleet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	srv.ServeHTTP(w, r)
+	tw := &teeWriter{ResponseWriter: w, status: http.StatusOK}
+	srv.ServeHTTP(tw, r)
+	if tw.status == http.StatusOK && !json.Valid(tw.buf.Bytes()) {
+		f.mu.Lock()
+		f.malformed++
+		f.mu.Unlock()
+	}
 }
 
+// stats counts requests by status; -200 counts the malformed 200s.
 func (f *fleet) stats() (requests int, byStatus map[int]int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	byStatus = map[int]int{500: f.down}
+	byStatus = map[int]int{500: f.down, -200: f.malformed}
 	requests = f.down
 	for _, s := range f.servers {
 		st := s.Stats()
@@ -216,7 +224,7 @@ func TestRobustness200Episodes(t *testing.T) {
 	}
 	requests, byStatus := fl.stats()
 	t.Logf("fake endpoint: %d requests, by status %v", requests, byStatus)
-	if byStatus[429] == 0 || byStatus[500] <= want[schemas.OutcomeInfraFailure]*9 {
+	if byStatus[429] == 0 || byStatus[500] <= want[schemas.OutcomeInfraFailure]*9 || byStatus[-200] == 0 {
 		t.Errorf("faults were not injected: %v", byStatus)
 	}
 }
