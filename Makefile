@@ -54,7 +54,16 @@ test: setup-test library
 test-short:
 	go test -short -count=1 $(PKGS)
 
-ci: fmt vet test
+## fuzz: each fuzz target for a bounded time (FUZZTIME, default 20s)
+FUZZTIME ?= 20s
+FUZZ_TARGETS := services/llm-worker/internal/agent:FuzzParse services/verifier/internal/verify:FuzzParsers services/verifier/internal/verify:FuzzCheck
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		dir=$${t%%:*}; name=$${t##*:}; echo "fuzz $$name in $$dir ($(FUZZTIME))"; \
+		(cd $$dir && go test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) .) || exit 1; \
+	done
+
+ci: fmt vet test fuzz
 
 sandbox-image:
 	scripts/sandbox-image.sh

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -85,10 +86,16 @@ type fleet struct {
 	groups map[string]int    // sanitized task id → group
 	refs   map[string]string // sanitized task id → reference solution
 
-	mu      sync.Mutex
+	mu        sync.Mutex
 	servers   map[string]*fakellm.Server
 	down      int
 	malformed int // 200 answers with a broken body
+}
+
+func seedOf(s string) uint64 {
+	h := fnv.New64a()
+	io.WriteString(h, s)
+	return h.Sum64() >> 1
 }
 
 func (f *fleet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -106,7 +113,7 @@ func (f *fleet) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	srv := f.servers[ep]
 	if srv == nil && robustnessGroups[g].script != nil {
 		srv = fakellm.New(fakellm.Config{
-			Script: robustnessGroups[g].script(f.refs[task]), Seed: int64(len(f.servers) + 1),
+			Script: robustnessGroups[g].script(f.refs[task]), Seed: int64(seedOf(ep)),
 			ErrorRate429: 0.10, ErrorRate500: 0.10, MalformedRate: 0.05,
 		})
 		f.servers[ep] = srv

@@ -54,11 +54,34 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		sum := tasks.Summarize(all)
+		// Decontamination: 10-gram overlap of each dataset's test questions with its train questions.
+		bySplit := map[string]map[string][]tasks.Task{}
+		for _, t := range all {
+			if bySplit[t.View.Dataset] == nil {
+				bySplit[t.View.Dataset] = map[string][]tasks.Task{}
+			}
+			bySplit[t.View.Dataset][t.View.Split] = append(bySplit[t.View.Dataset][t.View.Split], t)
+		}
+		overlap := map[string]tasks.Overlap{}
+		for ds, sp := range bySplit {
+			if len(sp["train"]) > 0 && len(sp["test"]) > 0 {
+				overlap[ds] = tasks.NGramOverlap(sp["train"], sp["test"], 10)
+			}
+		}
 		if *format == "json" {
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
-			return enc.Encode(sum)
+			return enc.Encode(struct {
+				tasks.Summary
+				Total   int                      `json:"total"`
+				Overlap map[string]tasks.Overlap `json:"train_test_10gram_overlap"`
+			}{sum, len(all), overlap})
 		}
+		defer func() {
+			for ds, o := range overlap {
+				fmt.Fprintf(stdout, "%-14s train/test: %d test questions verbatim in train, %.1f%% share a 10-gram (templated wording)\n", ds, o.ExactShared, 100*o.Fraction)
+			}
+		}()
 		total := 0
 		for _, g := range sum.Groups {
 			fmt.Fprintf(stdout, "%-14s %-6s %6d tasks  %4d categories  answer types %v\n", g.Dataset, g.Split, g.Count, len(g.Categories), g.AnswerTypes)
