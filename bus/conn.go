@@ -83,3 +83,23 @@ func (c *Conn) Publish(ctx context.Context, subject, msgID string, v schemas.Val
 	}
 	return nil
 }
+
+// Start is what every service's main does first: connect to url, create
+// the streams and buckets, and serve /metrics and /healthz on metricsAddr
+// (empty: none). Close the returned connection when done.
+func Start(ctx context.Context, url, name, metricsAddr string, log *slog.Logger) (*Conn, *Metrics, error) {
+	conn, err := Connect(ctx, url, name, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := EnsureStreams(ctx, conn.JS, StreamOptions{}); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	m := NewMetrics()
+	if err := m.Serve(ctx, metricsAddr, conn, log); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	return conn, m, nil
+}

@@ -37,18 +37,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "dispatcher")
 	log.Info("config", "nats", *natsURL, "data", *data)
-	conn, err := bus.Connect(ctx, *natsURL, "dispatcher", log)
+	conn, metrics, err := bus.Start(ctx, *natsURL, "dispatcher", *metricsAddr, log)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
-		return err
-	}
-	metrics := bus.NewMetrics()
-	if err := metrics.Serve(ctx, *metricsAddr, conn, log); err != nil {
-		return err
-	}
 	return service.Run(ctx, conn, service.Config{Metrics: metrics, DataRoot: *data, LibraryDir: *library}, log)
 }
 

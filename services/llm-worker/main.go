@@ -54,18 +54,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "llm-worker")
 	log.Info("config", "nats", *natsURL, "data", *data, "llm_url", *llmURL, "concurrency", *conc) // API keys are never logged
-	conn, err := bus.Connect(ctx, *natsURL, "llm-worker", log)
+	conn, metrics, err := bus.Start(ctx, *natsURL, "llm-worker", *metricsAddr, log)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
-		return err
-	}
-	metrics := bus.NewMetrics()
-	if err := metrics.Serve(ctx, *metricsAddr, conn, log); err != nil {
-		return err
-	}
 	return service.Run(ctx, conn, service.Config{Metrics: metrics, AckWait: *ackWait,
 		DataRoot: *data, TasksDir: *tasksDir, LibraryDir: *library, Concurrency: *conc, Worker: *name, SystemAsUser: *systemAsUser,
 		LLM: service.ClientDefaults{DefaultBaseURL: *llmURL, Timeout: *timeout, MaxRetries: *retries, MaxConcurrent: *maxConc,

@@ -45,18 +45,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "sandbox-worker")
 	log.Info("config", "nats", *natsURL, "data", *data, "backend", *backend, "warm", *warm, "concurrency", *conc)
-	conn, err := bus.Connect(ctx, *natsURL, "sandbox-worker", log)
+	conn, metrics, err := bus.Start(ctx, *natsURL, "sandbox-worker", *metricsAddr, log)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
-		return err
-	}
-	metrics := bus.NewMetrics()
-	if err := metrics.Serve(ctx, *metricsAddr, conn, log); err != nil {
-		return err
-	}
 	return service.Run(ctx, conn, service.Config{Metrics: metrics, AckWait: *ackWait,
 		Sandbox: service.SandboxConfig{Backend: *backend, DataRoot: *data, WorkRoot: *workRoot, Warm: *warm,
 			Limits: service.Limits{MemoryBytes: int64(*memMB) << 20}},

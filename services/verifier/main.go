@@ -47,18 +47,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "verifier")
 	log.Info("config", "nats", *natsURL, "data", *data, "store", *storeURL, "concurrency", *conc)
-	conn, err := bus.Connect(ctx, *natsURL, "verifier", log)
+	conn, metrics, err := bus.Start(ctx, *natsURL, "verifier", *metricsAddr, log)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
-		return err
-	}
-	metrics := bus.NewMetrics()
-	if err := metrics.Serve(ctx, *metricsAddr, conn, log); err != nil {
-		return err
-	}
 	return service.Run(ctx, conn, service.Config{Metrics: metrics, AckWait: *ackWait,
 		DataRoot: *data, TasksDir: *tasksDir, LibraryDir: *library, Store: *storeURL,
 		StoreOptions: store.Options{Endpoint: *endpoint, UseSSL: !*insecure},
