@@ -523,3 +523,57 @@ func TestResumeAfterWorkerRestart(t *testing.T) {
 		t.Fatalf("requests by conversation length %v: want turn 0 once, turn 1 twice (the stopped worker's), turn 2 once", asked)
 	}
 }
+
+// TestDebugActionUsesEpisodeModel: with no --debugger-* flags the debug
+// action is answered by two calls to the episode's own endpoint and model.
+func TestDebugActionUsesEpisodeModel(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	f := baseFlags(t)
+	ts, err := tasks.Load(ctx, tasks.Source{Dataset: "medcalcbench", Split: "test", DataRoot: f.data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := ts[2]
+	debug, _ := json.Marshal(map[string]any{"action": "debug", "params": map[string]string{"code": "print(w / h**2)", "error_msg": "NameError: name 'w' is not defined"}})
+	// The fake answers a one-message debugger prompt with script[0] too.
+	script := []string{string(debug), actionJSON("validate_code", "code", task.Reference)}
+	rec := &recorder{next: fakellm.New(fakellm.Config{Script: script, Model: "dbg-model"})}
+	srv := httptest.NewServer(rec)
+	defer srv.Close()
+	f.policy, f.llmURL, f.model, f.runID, f.taskIDs = "openai", srv.URL+"/v1", "dbg-model", "debug", task.View.ID
+	spec, err := f.spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runSpec(ctx, spec, f, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	rows := readRun(t, ctx, f.store, "debug")
+	if len(rows) != 1 || rows[0].Outcome != string(schemas.OutcomeCorrect) || len(rows[0].Turns) != 2 {
+		t.Fatalf("rows %+v", rows)
+	}
+	t0 := rows[0].Turns[0]
+	if t0.Action != "debug" || t0.ExecStatus != schemas.StatusInfo ||
+		t0.Observation != string(debug)+"\nPlease then use validate_code action to validate the debugged code." {
+		t.Fatalf("debug turn: %+v", t0)
+	}
+	var prompts []string
+	for _, rq := range rec.reqs {
+		if episodeOf(rq.request) == rows[0].EpisodeID+"/debug" {
+			var req struct {
+				Model    string                `json:"model"`
+				Messages []schemas.ChatMessage `json:"messages"`
+			}
+			_ = json.Unmarshal(rq.request, &req)
+			if req.Model != "dbg-model" || len(req.Messages) != 1 {
+				t.Fatalf("debugger request to %s with %d messages", req.Model, len(req.Messages))
+			}
+			prompts = append(prompts, req.Messages[0].Content)
+		}
+	}
+	if len(prompts) != 2 || !strings.Contains(prompts[0], "summarize") ||
+		!strings.Contains(prompts[1], "NameError: name 'w' is not defined") || !strings.Contains(prompts[1], task.View.Question) {
+		t.Fatalf("debugger prompts %q", prompts)
+	}
+}

@@ -316,6 +316,8 @@ func follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quie
 	outcomes := map[schemas.Outcome]int{}
 	seen := map[string]bool{}
 	start := time.Now()
+	tty := isTerminal(w)
+	var lastLine time.Time
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	var st schemas.RunStatus
@@ -344,11 +346,12 @@ func follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quie
 		if st.Error != "" {
 			return st, fmt.Errorf("run %s rejected by the dispatcher: %s", runID, st.Error)
 		}
-		if !quiet && st.Total > 0 {
-			progress(w, st, len(seen), outcomes, time.Since(start))
+		if !quiet && st.Total > 0 && (tty || time.Since(lastLine) >= 10*time.Second || len(seen) >= st.Total) {
+			progress(w, st, len(seen), outcomes, time.Since(start), tty)
+			lastLine = time.Now()
 		}
 		if st.Total > 0 && len(seen) >= st.Total {
-			if !quiet {
+			if !quiet && tty {
 				fmt.Fprintln(w)
 			}
 			st.Outcomes = outcomes
@@ -364,7 +367,18 @@ func follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quie
 	}
 }
 
-func progress(w io.Writer, st schemas.RunStatus, done int, outcomes map[schemas.Outcome]int, el time.Duration) {
+// isTerminal reports whether w is a terminal (progress redraws one line
+// there; elsewhere, such as CI logs, it prints a line every 10 s).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func progress(w io.Writer, st schemas.RunStatus, done int, outcomes map[schemas.Outcome]int, el time.Duration, tty bool) {
 	scored := done - outcomes[schemas.OutcomeInfraFailure]
 	rate := 0.0
 	if scored > 0 {
@@ -375,6 +389,10 @@ func progress(w io.Writer, st schemas.RunStatus, done int, outcomes map[schemas.
 	if done > 0 {
 		eta = (time.Duration(float64(el) / float64(done) * float64(st.Total-done))).Round(time.Second).String()
 	}
-	fmt.Fprintf(w, "\r%d/%d done, %d in flight, success %.1f%%, %.1f episodes/min, ETA %s   ",
-		done, st.Total, max(0, st.Published-done), rate, perMin, eta)
+	lead, end := "\r", "   "
+	if !tty {
+		lead, end = "", "\n"
+	}
+	fmt.Fprintf(w, "%s%d/%d done, %d in flight, success %.1f%%, %.1f episodes/min, ETA %s%s",
+		lead, done, st.Total, max(0, st.Published-done), rate, perMin, eta, end)
 }
