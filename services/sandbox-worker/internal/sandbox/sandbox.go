@@ -72,6 +72,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Sandbox, error) {
 		if st, err := os.Stat(abs); err != nil || !st.IsDir() {
 			return nil, fmt.Errorf("sandbox: data root %s is not a directory", abs)
 		}
+		if os.Geteuid() == 0 && cfg.Backend != BackendDocker {
+			// bwrap resolves mount sources as the sandbox user: a data root
+			// it cannot reach would fail every action that mounts data.
+			if err := traversable(filepath.Join(abs, "x")); err != nil {
+				return nil, fmt.Errorf("sandbox: data root %s is not readable by uid %d (chmod o+rx it and its parents, or move it): %w", abs, sandboxUID, err)
+			}
+		}
 		s.cfg.DataRoot = abs
 	}
 	if err := s.prepareWorkRoot(); err != nil {
