@@ -173,6 +173,12 @@ func (s *Store) Write(ctx context.Context, rows []parquet.Row) ([]string, error)
 		}
 		key := runPrefix(g.run) + "dataset=" + g.dataset + "/" + partName()
 		if err := s.be.put(ctx, key, buf.Bytes()); err != nil {
+			// The object may have landed although the call failed (the
+			// reply was lost): forget what we know of this run, so the
+			// retry re-reads the stored episode ids and writes no row twice.
+			s.mu.Lock()
+			delete(s.seen, g.run)
+			s.mu.Unlock()
 			return keys, fmt.Errorf("write trajectories run %s dataset %s: %w", g.run, g.dataset, err)
 		}
 		s.mu.Lock()

@@ -260,6 +260,12 @@ func (w *teeWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
+func (rc *recorder) all() []recorded {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return slices.Clone(rc.reqs)
+}
+
 func (rc *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -308,7 +314,7 @@ func TestTokenExactRecords(t *testing.T) {
 	r := rows[0]
 	// Responses by conversation length: turn i is asked with 2+2i messages.
 	byLen := map[int]recorded{}
-	for _, rq := range rec.reqs {
+	for _, rq := range rec.all() {
 		var req struct {
 			Messages       []schemas.ChatMessage `json:"messages"`
 			Logprobs       bool                  `json:"logprobs"`
@@ -559,7 +565,7 @@ func TestDebugActionUsesEpisodeModel(t *testing.T) {
 		t.Fatalf("debug turn: %+v", t0)
 	}
 	var prompts []string
-	for _, rq := range rec.reqs {
+	for _, rq := range rec.all() {
 		if episodeOf(rq.request) == rows[0].EpisodeID+"/debug" {
 			var req struct {
 				Model    string                `json:"model"`
