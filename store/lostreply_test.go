@@ -33,7 +33,10 @@ func TestWriteAfterLostReplyStoresOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &Store{url: "lossy", be: &lossyBackend{dirBackend: dir}, seen: map[string]map[string]struct{}{}}
-	rows := []parquet.Row{row("r1", "e1", "ds", "correct"), row("r1", "e2", "ds", "incorrect")}
+	rows := []parquet.Row{
+		{RunID: "r1", EpisodeID: "e1", Dataset: "ds", Outcome: "correct", SchemaVersion: parquet.SchemaVersion},
+		{RunID: "r1", EpisodeID: "e2", Dataset: "ds", Outcome: "incorrect", SchemaVersion: parquet.SchemaVersion},
+	}
 	if _, err := s.Write(t.Context(), rows); err == nil {
 		t.Fatal("first write: want the reported failure")
 	}
