@@ -21,6 +21,7 @@ import (
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/bus/embedded"
 	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/schemas/parquet"
 	"github.com/medgym/medgym/store"
 	"github.com/medgym/medgym/tasks"
 )
@@ -277,9 +278,21 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 		return runResult{}, err
 	}
 	res := runResult{RunID: spec.RunID, Total: status.Total, Outcomes: status.Outcomes, Store: st.String(), Elapsed: time.Since(start)}
-	rows, err := st.ReadRun(ctx, spec.RunID)
-	if err != nil {
-		return res, fmt.Errorf("read back run %s: %w", spec.RunID, err)
+	// Every row is stored (the scores say so); the store may still be
+	// briefly unreachable, so reading back waits for it, within bounds.
+	var rows []parquet.Row
+	for wait := time.Second; ; wait = min(2*wait, 15*time.Second) {
+		if rows, err = st.ReadRun(ctx, spec.RunID); err == nil {
+			break
+		}
+		if time.Since(start) > 10*time.Minute+res.Elapsed || ctx.Err() != nil {
+			return res, fmt.Errorf("read back run %s (every episode is stored; only the manifest is missing): %w", spec.RunID, err)
+		}
+		fmt.Fprintf(stderr, "store %s unreachable (%v); retrying in %s\n", st, err, wait)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
 	}
 	if len(rows) != res.Total {
 		return res, fmt.Errorf("run %s: store %s holds %d of %d episodes", spec.RunID, st, len(rows), res.Total)
