@@ -87,8 +87,14 @@ func Start(t testing.TB, nTasks int) *Env {
 	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	library := filepath.Join(t.TempDir(), "library") // MedCalc tasks need no data files
-	if err := os.MkdirAll(library, 0o755); err != nil {
+	// MedCalc tasks need no data files, but the sandbox (uid 65534) must be
+	// able to reach the library: t.TempDir's 0700 parent would not do.
+	library, err := os.MkdirTemp("", "medgym-trainer-library-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(library) })
+	if err := os.Chmod(library, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	model := NewFakeModel(BaseModel, ts)
