@@ -33,6 +33,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	natsURL := fs.String("nats", envOr(getenv, "MEDGYM_NATS", "nats://127.0.0.1:4222"), "NATS URL (env MEDGYM_NATS)")
 	data := fs.String("library", envOr(getenv, "MEDGYM_LIBRARY", "build/library"), "generated task library; task resources are mounted read-only from here (env MEDGYM_LIBRARY)")
 	backend := fs.String("backend", "bwrap", "sandbox backend: bwrap or docker")
+	image := fs.String("docker-image", "medgym/sandbox:latest", "image of the docker backend (built by make sandbox-image)")
 	workRoot := fs.String("work-root", "", "directory for per-episode workspaces (default: a temp dir)")
 	warm := fs.Int("warm", 0, "warm Python interpreters (0 = cold runs)")
 	conc := fs.Int("concurrency", 2, "actions at once")
@@ -51,7 +52,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	defer conn.Close()
 	return service.Run(ctx, conn, service.Config{Metrics: metrics, AckWait: *ackWait,
-		Sandbox: service.SandboxConfig{Backend: *backend, DataRoot: *data, WorkRoot: *workRoot, Warm: *warm,
+		Sandbox: service.SandboxConfig{Backend: *backend, DockerImage: *image, DataRoot: *data, WorkRoot: *workRoot, Warm: *warm,
 			Limits: service.Limits{MemoryBytes: int64(*memMB) << 20}},
 		Concurrency: *conc, Worker: *name,
 	}, log)
