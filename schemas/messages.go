@@ -8,7 +8,7 @@ import (
 )
 
 // Version of the wire contract. Bump the minor on additive changes.
-const Version = "1.0"
+const Version = "1.1"
 
 // AnswerType says how a task's answer is checked.
 type AnswerType string
@@ -22,6 +22,9 @@ const (
 	AnswerList    AnswerType = "list"    // list or set of values
 	AnswerBoolean AnswerType = "boolean"
 	AnswerTuple   AnswerType = "tuple" // e.g. (weeks, days)
+	// AnswerPredictions is a predictions file (TaskView.OutputFiles) scored
+	// against gold labels (accuracy, optionally AUROC).
+	AnswerPredictions AnswerType = "predictions"
 )
 
 // Outcome is the typed end of an episode.
@@ -98,6 +101,10 @@ type TaskView struct {
 	// sandbox mounts read-only under /data.
 	Resources        []string `json:"resources,omitempty"`
 	PermittedActions []string `json:"permitted_actions"`
+	// OutputFiles are workspace-relative files the task asks the agent to
+	// write (e.g. "predictions.csv"); the sandbox returns their contents
+	// after each validate_code run (ExecResult.Files).
+	OutputFiles []string `json:"output_files,omitempty"`
 }
 
 // Validate checks the fields every consumer relies on.
@@ -275,6 +282,9 @@ type ActionRequest struct {
 	// Replay lists the earlier actions of the episode that touched the
 	// workspace, in order, so a worker that lacks the workspace rebuilds it.
 	Replay []Action `json:"replay,omitempty"`
+	// OutputFiles are workspace-relative files to return after a
+	// validate_code run (copied from TaskView.OutputFiles).
+	OutputFiles []string `json:"output_files,omitempty"`
 }
 
 // Validate checks the request.
@@ -314,7 +324,15 @@ type ExecResult struct {
 	// Message is the observation text the model is shown (upstream's
 	// env_message): stdout, then stderr, or an explanation.
 	Message string `json:"message"`
+	// Files holds the contents of the requested output files
+	// (ActionRequest.OutputFiles) after a validate_code run, keyed by the
+	// requested path; absent or unreadable files are omitted. Each is at
+	// most MaxOutputFileBytes.
+	Files map[string]string `json:"files,omitempty"`
 }
+
+// MaxOutputFileBytes caps one file in ExecResult.Files.
+const MaxOutputFileBytes = 2 << 20
 
 // Check is the verifier's verdict on one code execution.
 type Check struct {
@@ -370,8 +388,12 @@ type Turn struct {
 	Stderr       string `json:"stderr,omitempty"`
 	Truncated    bool   `json:"truncated,omitempty"`
 	Accepted     bool   `json:"accepted,omitempty"`
-	DurationMS   int64  `json:"duration_ms"`
-	LLMLatencyMS int64  `json:"llm_latency_ms"`
+	// Files are the task's output files after this turn's run
+	// (ExecResult.Files). The llm-worker keeps them on the latest code turn
+	// only, so a trajectory carries at most one copy.
+	Files        map[string]string `json:"files,omitempty"`
+	DurationMS   int64             `json:"duration_ms"`
+	LLMLatencyMS int64             `json:"llm_latency_ms"`
 
 	PromptTokens       int       `json:"prompt_tokens"`
 	CompletionTokens   int       `json:"completion_tokens"`

@@ -24,6 +24,8 @@ var generators = map[string]Generator{
 	"treqs":     generateTREQS,
 	"biostat":   generateBiostat,
 	"npowerai":  generateNPowerAI,
+
+	ClinicalMLDataset: generateClinicalML,
 }
 
 // ErrNoLibrary says the task library has not been generated.

@@ -65,6 +65,8 @@ var loaders = map[string]Loader{
 	"treqs":        loadLibrary,
 	"biostat":      loadLibrary,
 	"npowerai":     loadLibrary,
+
+	ClinicalMLDataset: loadLibrary,
 }
 
 // Datasets lists the built-in dataset names.

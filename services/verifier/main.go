@@ -39,6 +39,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	insecure := fs.Bool("s3-insecure", false, "plain HTTP to the S3 endpoint")
 	conc := fs.Int("concurrency", 32, "episodes scored and stored at once (rows per Parquet file at most)")
 	formatReward := fs.Float64("format-reward", 0, "reward added when every turn parsed (paper's GRPO setup); 0 = off")
+	gradedML := fs.Bool("graded-ml", false, "reward predictions tasks with their accuracy instead of 1/0 (upstream's EHRSHOT style)")
 	library := fs.String("library", envOr(getenv, "MEDGYM_LIBRARY", "build/library"), "generated task library (env MEDGYM_LIBRARY)")
 	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", ":9104"), "address of /metrics and /healthz (empty: off)")
 	ackWait := fs.Duration("ack-wait", 60*time.Second, "how long a message may go unacked (in-progress acks keep long work alive) before another process gets it")
@@ -55,7 +56,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	return service.Run(ctx, conn, service.Config{Metrics: metrics, AckWait: *ackWait,
 		DataRoot: *data, TasksDir: *tasksDir, LibraryDir: *library, Store: *storeURL,
 		StoreOptions: store.Options{Endpoint: *endpoint, UseSSL: !*insecure},
-		Concurrency:  *conc, FormatReward: *formatReward,
+		Concurrency:  *conc, FormatReward: *formatReward, GradedML: *gradedML,
 	}, log)
 }
 

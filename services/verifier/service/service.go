@@ -34,7 +34,9 @@ type Config struct {
 	BatchAge time.Duration
 	// FormatReward is added for episodes whose every turn parsed.
 	FormatReward float64
-	AckWait      time.Duration
+	// GradedML rewards predictions tasks with their accuracy (verify.Options).
+	GradedML bool
+	AckWait  time.Duration
 }
 
 // Run serves until ctx is done.
@@ -136,7 +138,7 @@ func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
 		res.Error = joinErr(res.Error, "ground truth: "+err.Error())
 	} else {
 		var verdict string
-		sc.Outcome, sc.Reward, verdict = verify.Score(verify.Options{Mode: mode, FormatReward: v.cfg.FormatReward}, truth, res)
+		sc.Outcome, sc.Reward, verdict = verify.Score(verify.Options{Mode: mode, FormatReward: v.cfg.FormatReward, GradedML: v.cfg.GradedML}, truth, res)
 		if sc.Outcome != schemas.OutcomeCorrect && verdict != "" {
 			res.Error = joinErr(res.Error, verdict)
 		}

@@ -89,6 +89,14 @@ func (e *Engine) Continue(ctx context.Context, st schemas.EpisodeState, obs sche
 	t.Observation = agent.ObservationMessage(r, obs.Check, st.Request.Options.ShowVerdict)
 	t.ExecStatus, t.ExitCode, t.Stdout, t.Stderr = r.Status, r.ExitCode, r.Stdout, r.Stderr
 	t.Truncated, t.DurationMS = r.Truncated, r.DurationMS
+	if len(r.Files) > 0 {
+		// Keep output files on the latest turn only: the verifier re-checks
+		// that one, and a trajectory must not grow by a copy per turn.
+		for i := range st.Turns {
+			st.Turns[i].Files = nil
+		}
+		t.Files = r.Files
+	}
 	if obs.Check != nil {
 		t.Accepted = obs.Check.Accepted
 	}
@@ -197,6 +205,7 @@ func (e *Engine) advance(ctx context.Context, st schemas.EpisodeState) (schemas.
 			Check:        act.Name == schemas.ActionValidateCode && (req.Options.EndOn != schemas.EndOnAnswer || req.Options.ShowVerdict),
 			VerifierMode: req.Options.VerifierMode,
 			Replay:       replayable(st.Turns[:idx]),
+			OutputFiles:  req.Task.OutputFiles,
 		}
 		st.PendingAction = &ar
 		return st, Step{Action: &ar}, nil

@@ -81,6 +81,43 @@ func conformance(t *testing.T, mk constructor) {
 			t.Fatalf("terminal: %+v", r)
 		}
 	})
+	t.Run("output files", func(t *testing.T) {
+		ep := newEpisode()
+		r := code(ep, "import os\nos.makedirs('out', exist_ok=True)\n"+
+			"open('predictions.csv','w').write('id,prediction\\n1,0\\n')\n"+
+			"open('out/p.csv','w').write('x')\n"+
+			"os.symlink('/etc/passwd', 'link.csv')\nos.symlink('predictions.csv', 'inner.csv')\nprint('done')", 20)
+		r.OutputFiles = []string{"predictions.csv", "out/p.csv", "missing.csv", "link.csv", "inner.csv", "../escape.csv", "/etc/passwd"}
+		res := exec1(t, s, r)
+		if res.Status != schemas.StatusOK {
+			t.Fatalf("run: %+v", res)
+		}
+		want := map[string]string{"predictions.csv": "id,prediction\n1,0\n", "out/p.csv": "x"}
+		if len(res.Files) != len(want) {
+			t.Fatalf("files %q, want %q", res.Files, want)
+		}
+		for k, v := range want {
+			if res.Files[k] != v {
+				t.Fatalf("file %s = %q, want %q", k, res.Files[k], v)
+			}
+		}
+		for _, bad := range []string{"link.csv", "inner.csv", "../escape.csv", "/etc/passwd"} {
+			if !strings.Contains(res.Message, bad) {
+				t.Errorf("no note for refused %s in %q", bad, res.Message)
+			}
+		}
+		// Not collected after a failed run, nor for terminal actions.
+		r = code(ep, "raise SystemExit(1)", 20)
+		r.OutputFiles = []string{"predictions.csv"}
+		if res := exec1(t, s, r); res.Files != nil {
+			t.Fatalf("files after a failed run: %q", res.Files)
+		}
+		r = term(ep, "ls", 20)
+		r.OutputFiles = []string{"predictions.csv"}
+		if res := exec1(t, s, r); res.Files != nil {
+			t.Fatalf("files after terminal: %q", res.Files)
+		}
+	})
 	t.Run("isolation between episodes", func(t *testing.T) {
 		a, b := newEpisode(), newEpisode()
 		exec1(t, s, code(a, "open('secret_a.txt','w').write('A')", 20))

@@ -283,7 +283,15 @@ func (s *Sandbox) executeLocked(ctx context.Context, e *episode, req schemas.Act
 		}
 		e.ready = true
 	}
-	return s.action(ctx, req, req.Action)
+	r := s.action(ctx, req, req.Action)
+	if req.Action.Name == schemas.ActionValidateCode && r.Status == schemas.StatusOK && len(req.OutputFiles) > 0 {
+		var notes []string
+		r.Files, notes = readOutputFiles(s.workspacePath(req.Ref.EpisodeID), req.OutputFiles)
+		for _, n := range notes {
+			r.Message += "\nNote: " + n
+		}
+	}
+	return r
 }
 
 // Release removes the episode's workspace and stops any process of it.

@@ -27,6 +27,12 @@ func CheckOutput(mode Mode, dataset string, truth tasks.Truth, res schemas.ExecR
 		answer string
 		ok     bool
 	)
+	if truth.Type == schemas.AnswerPredictions && (mode == Strict || mode == "" || mode == Upstream) {
+		answer, ok, c.Verdict, _ = checkPredictions(mode, truth, res)
+		c.Accepted = ok
+		c.Answer = clip(answer)
+		return c
+	}
 	switch mode {
 	case Strict, "":
 		answer, ok, c.Verdict = strictOutput(truth, res)
@@ -61,6 +67,10 @@ func CheckAnswer(mode Mode, dataset string, truth tasks.Truth, answer string) sc
 		got string
 		ok  bool
 	)
+	if truth.Type == schemas.AnswerPredictions {
+		c.Verdict = "rejected: this task is scored from its predictions file, not from an answer text"
+		return c
+	}
 	switch mode {
 	case Strict, "":
 		got, ok, c.Verdict = strictText(truth, answer, "the answer")

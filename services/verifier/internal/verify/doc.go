@@ -46,6 +46,22 @@
 //     Lengths must match; elements compare numerically with the tolerance
 //     when both are plain numbers, else as normalised strings; in order when
 //     Truth.Ordered, else as a multiset.
+//   - predictions (AnswerPredictions): the answer is a CSV file the run
+//     wrote (Truth.Extra["output_file"], default predictions.csv), returned
+//     by the sandbox in ExecResult.Files. Its header names the id and
+//     prediction columns (Extra "id_column", "prediction_column", matched
+//     case-insensitively; optional "score_column"). Accuracy is over every
+//     gold row of Truth.Values ("id=label"): a gold id with no or an
+//     unparsable prediction is wrong, unknown ids are ignored, the first
+//     row of a repeated id counts; labels compare with True/False as 1/0
+//     and numbers numerically. AUROC (with a score column) is the
+//     Mann-Whitney share of (positive, negative) gold pairs ranked right,
+//     ties 0.5, pairs with a missing score 0; the positive label is
+//     Extra["positive_label"] (default "1"). Accepted when accuracy ≥
+//     Extra["min_accuracy"] and, if Extra["min_auroc"] is set, AUROC ≥ it.
+//     An explicit answer text is never accepted for these tasks; Score
+//     re-checks the file of the accepted turn, or of the last code turn
+//     that returned files.
 //
 // # Upstream rules
 //
@@ -66,6 +82,11 @@
 //     the truth.
 //   - biodsbench: accepted iff the run exited cleanly.
 //   - biocoder: env_message equals Truth.Answer exactly.
+//   - any predictions task (EHRSHOT, MIMIC-Extract style): on a clean run
+//     with the file present the step is accepted ("done"), with accuracy
+//     over the *predicted* rows (int(pred) == int(gold), unknown ids wrong,
+//     missing gold rows not counted: one right prediction scores 1.0); an
+//     evaluation error is accepted with accuracy 0; no file is not done.
 //
 // Other datasets fall back to the strict rules, and the verdict says so.
 // Upstream ignores the status except where noted, so a crashed run whose
@@ -92,4 +113,7 @@
 // flagged as accepted, else the last turn that ran code. Options.FormatReward,
 // when non-zero, is added to every non-excluded episode whose turns all
 // parsed (correctness + format, as in the paper's GRPO setup).
+// Options.GradedML makes a predictions task's reward its re-checked
+// accuracy (upstream's EHRSHOT reward) instead of 1/0; the outcome is
+// unchanged.
 package verify

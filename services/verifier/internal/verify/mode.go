@@ -41,13 +41,13 @@ func ParseMode(s string) (Mode, error) {
 // version hash covers it, so any change to the rules (even a comment) gives
 // rows a new version and they are never mixed silently with older ones.
 //
-//go:embed check.go parse.go score.go strict.go upstream.go
+//go:embed check.go parse.go predictions.go score.go strict.go upstream.go
 var ruleSource embed.FS
 
 // ruleFiles lists the files each mode's hash covers.
 var ruleFiles = map[Mode][]string{
-	Strict:   {"check.go", "parse.go", "score.go", "strict.go"},
-	Upstream: {"check.go", "parse.go", "score.go", "strict.go", "upstream.go"},
+	Strict:   {"check.go", "parse.go", "predictions.go", "score.go", "strict.go"},
+	Upstream: {"check.go", "parse.go", "predictions.go", "score.go", "strict.go", "upstream.go"},
 }
 
 var versions = sync.OnceValue(func() map[Mode]string {

@@ -15,17 +15,33 @@ type Options struct {
 	// all parsed (the paper's GRPO reward: correctness + format). 0 is off.
 	// Excluded outcomes always get 0.
 	FormatReward float64
+	// GradedML makes the reward of a predictions task (AnswerPredictions)
+	// the accuracy of its re-checked predictions file instead of 1/0, as
+	// upstream scores EHRSHOT (in upstream mode the accuracy is upstream's,
+	// over the predicted rows). Outcomes are unchanged.
+	GradedML bool
 }
 
 // Score turns a finished episode into its typed outcome, its reward and a
 // verdict. It re-checks the final answer (or the accepted execution) itself
 // and never trusts the worker's Accepted flag. See doc.go for the table.
 func Score(opt Options, truth tasks.Truth, res schemas.EpisodeResult) (outcome schemas.Outcome, reward float64, verdict string) {
-	outcome, verdict = classify(opt.Mode, truth, res)
+	var acc *float64
+	if truth.Type == schemas.AnswerPredictions {
+		outcome, verdict, acc = classifyPredictions(opt.Mode, truth, res)
+	} else {
+		outcome, verdict = classify(opt.Mode, truth, res)
+	}
 	if Excluded(outcome) {
 		return outcome, 0, verdict
 	}
-	if outcome == schemas.OutcomeCorrect {
+	switch {
+	case opt.GradedML && truth.Type == schemas.AnswerPredictions:
+		if acc != nil {
+			reward = *acc
+		}
+		verdict += fmt.Sprintf("; graded reward %s (accuracy)", fmtNum(reward))
+	case outcome == schemas.OutcomeCorrect:
 		reward = 1
 	}
 	if opt.FormatReward != 0 && allParsed(res.Turns) {
@@ -112,6 +128,7 @@ func execOf(t schemas.Turn) schemas.ExecResult {
 		Truncated:  t.Truncated,
 		DurationMS: t.DurationMS,
 		Message:    t.Observation,
+		Files:      t.Files,
 	}
 }
 
@@ -125,4 +142,65 @@ func allParsed(turns []schemas.Turn) bool {
 		}
 	}
 	return true
+}
+
+// classifyPredictions is classify for predictions tasks: the file is
+// re-checked on the accepted turn (termination accepted) or on the last
+// turn that ran code (answered, turn limit: an answer text carries no
+// file). acc is the re-checked file's accuracy, nil when nothing was
+// re-checked.
+func classifyPredictions(mode Mode, truth tasks.Truth, res schemas.EpisodeResult) (schemas.Outcome, string, *float64) {
+	switch res.Termination {
+	case schemas.EndAccepted, schemas.EndAnswered, schemas.EndTurnLimit:
+	default:
+		o, v := classify(mode, truth, res)
+		return o, v, nil
+	}
+	if mode != "" && mode != Strict && mode != Upstream {
+		return schemas.OutcomeInfraFailure, fmt.Sprintf("unknown verifier mode %q", mode), nil
+	}
+	var (
+		turn schemas.Turn
+		ok   bool
+	)
+	if res.Termination == schemas.EndAccepted {
+		turn, ok = acceptedTurn(res.Turns)
+	} else {
+		turn, ok = lastCodeTurn(res.Turns)
+	}
+	if !ok {
+		switch res.Termination {
+		case schemas.EndAccepted:
+			return schemas.OutcomeIncorrect, "accepted by the worker, but the episode has no code execution to re-check", nil
+		case schemas.EndAnswered:
+			return schemas.OutcomeIncorrect, "final answer: no code execution wrote a predictions file", nil
+		}
+		return schemas.OutcomeTurnLimit, "turn limit reached without a correct answer", nil
+	}
+	_, accepted, v, acc := checkPredictions(mode, truth, execOf(turn))
+	v = fmt.Sprintf("turn %d re-checked: %s", turn.Index, v)
+	switch {
+	case accepted:
+		return schemas.OutcomeCorrect, v, &acc
+	case res.Termination == schemas.EndTurnLimit:
+		return schemas.OutcomeTurnLimit, "turn limit reached without a correct answer; " + v, &acc
+	}
+	return schemas.OutcomeIncorrect, v, &acc
+}
+
+// lastCodeTurn is the last turn that ran code and returned output files
+// (the llm-worker keeps files on that turn only), else the last that ran
+// code.
+func lastCodeTurn(turns []schemas.Turn) (schemas.Turn, bool) {
+	for i := len(turns) - 1; i >= 0; i-- {
+		if ranCode(turns[i]) && turns[i].Files != nil {
+			return turns[i], true
+		}
+	}
+	for i := len(turns) - 1; i >= 0; i-- {
+		if ranCode(turns[i]) {
+			return turns[i], true
+		}
+	}
+	return schemas.Turn{}, false
 }
