@@ -41,6 +41,7 @@ var turnType = arrow.StructOf(
 	arrow.Field{Name: "prompt_token_ids", Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Int32)},
 	arrow.Field{Name: "completion_token_ids", Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Int32)},
 	arrow.Field{Name: "completion_logprobs", Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Float32)},
+	arrow.Field{Name: "files_json", Type: arrow.BinaryTypes.String},
 )
 
 // Column indexes of the top-level fields; the order of schema's fields.
@@ -211,6 +212,7 @@ func appendTurns(sb *array.StructBuilder, turns []Turn) {
 		appendList(sb.FieldBuilder(18).(*array.ListBuilder), t.PromptTokenIDs, func(vb array.Builder, v int32) { vb.(*array.Int32Builder).Append(v) })
 		appendList(sb.FieldBuilder(19).(*array.ListBuilder), t.CompletionTokenIDs, func(vb array.Builder, v int32) { vb.(*array.Int32Builder).Append(v) })
 		appendList(sb.FieldBuilder(20).(*array.ListBuilder), t.CompletionLogprobs, func(vb array.Builder, v float32) { vb.(*array.Float32Builder).Append(v) })
+		s(21, t.FilesJSON)
 	}
 }
 
@@ -522,6 +524,9 @@ func readTurns(a arrow.Array, rows []Row) error {
 	add(turnList(sa, "prompt_token_ids", func(t *Turn, v []int32) { t.PromptTokenIDs = v }))
 	add(turnList(sa, "completion_token_ids", func(t *Turn, v []int32) { t.CompletionTokenIDs = v }))
 	add(turnList(sa, "completion_logprobs", func(t *Turn, v []float32) { t.CompletionLogprobs = v }))
+	if structField(sa, "files_json") != nil { // absent from schema version 1 files
+		add(turnString(sa, "files_json", func(t *Turn, v string) { t.FilesJSON = v }))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}

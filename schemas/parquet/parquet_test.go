@@ -49,7 +49,7 @@ func sampleResult() (schemas.EpisodeResult, schemas.Score) {
 			{Role: "assistant", Content: `{"action":"validate_code"}`}},
 		Turns: []schemas.Turn{
 			{Index: 0, RawText: "r0", Reasoning: "think", FinishReason: "stop", ActionName: "validate_code",
-				ParamsJSON: `{"code":"print(1)"}`, Observation: "1\n", ExecStatus: "ok", ExitCode: 0,
+				ParamsJSON: `{"code":"print(1)"}`, Observation: "1\n", ExecStatus: "ok", ExitCode: 0, Files: map[string]string{"predictions.csv": "id,prediction\n1,0\n"},
 				Stdout: "1\n", Stderr: "warn", Truncated: true, Accepted: true, DurationMS: 120, LLMLatencyMS: 900,
 				PromptTokens: 100, CompletionTokens: 20, PromptTokenIDs: []int32{1, 2, 3},
 				CompletionTokenIDs: []int32{7, 8}, CompletionLogprobs: []float32{-0.5, -0.25}},
@@ -89,6 +89,9 @@ func TestFromEpisode(t *testing.T) {
 	if r.Turns[0].Action != "validate_code" || !r.Turns[0].Accepted || r.Turns[1].ParseError != "no json" ||
 		r.Turns[1].PromptTokenIDs != nil {
 		t.Errorf("turns wrong: %+v", r.Turns)
+	}
+	if r.Turns[0].FilesJSON != `{"predictions.csv":"id,prediction\n1,0\n"}` || r.Turns[1].FilesJSON != "" {
+		t.Errorf("files_json: %q / %q", r.Turns[0].FilesJSON, r.Turns[1].FilesJSON)
 	}
 }
 

@@ -1,6 +1,7 @@
 package parquet
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/medgym/medgym/schemas"
@@ -9,7 +10,7 @@ import (
 // SchemaVersion is the version of the trajectory schema. Bump it on any
 // change to the columns, together with testdata/schema.golden and the table
 // in schemas/README.md.
-const SchemaVersion = "1"
+const SchemaVersion = "2"
 
 // Row is one episode: the Go form of one row of a trajectory file.
 type Row struct {
@@ -75,6 +76,10 @@ type Turn struct {
 	PromptTokenIDs     []int32
 	CompletionTokenIDs []int32
 	CompletionLogprobs []float32
+	// FilesJSON holds the output files the task asked for (e.g. a
+	// predictions CSV) as a JSON object name → content; "" when none.
+	// Added in schema version 2.
+	FilesJSON string
 }
 
 // FromEpisode builds the row of a finished, scored episode. Identity fields
@@ -144,6 +149,7 @@ func FromEpisode(res schemas.EpisodeResult, sc schemas.Score, verifierMode strin
 				PromptTokenIDs:     cloneNonEmpty(t.PromptTokenIDs),
 				CompletionTokenIDs: cloneNonEmpty(t.CompletionTokenIDs),
 				CompletionLogprobs: cloneNonEmpty(t.CompletionLogprobs),
+				FilesJSON:          filesJSON(t.Files),
 			}
 		}
 	}
@@ -162,4 +168,16 @@ func cloneNonEmpty[T any](s []T) []T {
 		return nil
 	}
 	return append([]T(nil), s...)
+}
+
+// filesJSON encodes output files as a JSON object ("" when there are none).
+func filesJSON(files map[string]string) string {
+	if len(files) == 0 {
+		return ""
+	}
+	b, err := json.Marshal(files) // a map of strings always marshals
+	if err != nil {
+		return ""
+	}
+	return string(b)
 }

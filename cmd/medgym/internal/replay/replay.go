@@ -178,6 +178,7 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 				Dataset: row.Dataset, Split: row.Split, Turn: i},
 			Action:       schemas.Action{Name: t.Action, Params: json.RawMessage(t.ParamsJSON)},
 			Resources:    task.View.Resources,
+			OutputFiles:  task.View.OutputFiles,
 			TimeoutSec:   max(1, eo.ActionTimeoutSec),
 			Check:        t.Action == schemas.ActionValidateCode && eo.EndOn != schemas.EndOnAnswer,
 			VerifierMode: mode,
@@ -202,7 +203,13 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 		if res.Truncated != t.Truncated {
 			change(i, "truncated", strconv.FormatBool(t.Truncated), strconv.FormatBool(res.Truncated))
 		}
+		if t.FilesJSON != "" || len(res.Files) > 0 {
+			if got := filesJSON(res.Files); got != t.FilesJSON {
+				change(i, "files", t.FilesJSON, got)
+			}
+		}
 		nt := &turns[i]
+		nt.Files = res.Files
 		nt.ExecStatus, nt.ExitCode, nt.Stdout, nt.Stderr = res.Status, res.ExitCode, res.Stdout, res.Stderr
 		nt.Truncated, nt.DurationMS = res.Truncated, res.DurationMS
 		if req.Check {
@@ -307,8 +314,21 @@ func rescored(row parquet.Row, turns []schemas.Turn, outcome schemas.Outcome, re
 	return r
 }
 
+// filesJSON encodes output files as the trajectory column does.
+func filesJSON(files map[string]string) string {
+	if len(files) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(files) // a map of strings always marshals
+	return string(b)
+}
+
 func toTurn(t parquet.Turn) schemas.Turn {
-	return schemas.Turn{
+	var files map[string]string
+	if t.FilesJSON != "" {
+		_ = json.Unmarshal([]byte(t.FilesJSON), &files) // a bad value leaves the turn without files
+	}
+	return schemas.Turn{Files: files,
 		Index: int(t.Index), RawText: t.RawText, Reasoning: t.Reasoning, FinishReason: t.FinishReason,
 		ActionName: t.Action, ParamsJSON: t.ParamsJSON, ParseError: t.ParseError, Observation: t.Observation,
 		ExecStatus: t.ExecStatus, ExitCode: int(t.ExitCode), Stdout: t.Stdout, Stderr: t.Stderr,
