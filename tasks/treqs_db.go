@@ -17,7 +17,7 @@ import (
 )
 
 // The TREQS (MIMICSQL) 5-table database, rebuilt from the MIMIC-III demo
-// CSVs as /work/shared/data/mimicsql/PROVENANCE.md describes TREQS's own
+// CSVs as the data root's mimicsql/PROVENANCE.md describes TREQS's own
 // build: one DEMOGRAPHIC row per admission, DIAGNOSES/PROCEDURES joined with
 // their dictionaries, PRESCRIPTIONS and LAB with the dose/value and unit
 // concatenated. Values stay in MIMIC's case and dates; empty fields are NULL.
