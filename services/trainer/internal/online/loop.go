@@ -126,6 +126,9 @@ func (l *Loop) Run(ctx context.Context) ([]Report, error) {
 		fmt.Fprintf(l.out, "iter %d v%d→v%d %s: reward %.3f success %.1f%% (%d episodes; batch %d samples in %d groups, %d stale dropped, %d re-weighted) | sampling %.1fs waiting %.1fs training %.1fs loading %.1fs\n",
 			rep.Iteration, rep.FromVersion, rep.ToVersion, rep.RunID, rep.MeanReward, 100*rep.SuccessRate, rep.Episodes,
 			rep.Samples, rep.Groups, rep.StaleDropped, rep.Reweighted, rep.SamplingS, rep.WaitingS, rep.TrainingS, rep.LoadingS)
+		if err := WriteProgress(l.cfg.WorkDir); err != nil { // a chart is not worth stopping the training for
+			l.log.Warn("progress report", "err", err)
+		}
 	}
 	return reports, nil
 }

@@ -171,6 +171,21 @@ func TestOnlineLoopResumesAfterKill(t *testing.T) {
 		t.Fatalf("batch rows/stale dropped: %d/%d %d/%d %d/%d", reps[0].BatchRows, reps[0].StaleDropped,
 			reps[1].BatchRows, reps[1].StaleDropped, reps[2].BatchRows, reps[2].StaleDropped)
 	}
+	// The progress table is rebuilt from every report, so after the resume
+	// it still lists the iterations the first trainer ran.
+	md, err := os.ReadFile(filepath.Join(work, online.ProgressMarkdown))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for it := range 3 {
+		row := fmt.Sprintf("| %d | v%d→v%d | rl-it%04d | 12 |", it, it, it+1, it)
+		if !strings.Contains(string(md), row) {
+			t.Fatalf("progress.md lacks iteration %d (%q):\n%s", it, row, md)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(work, online.ProgressSVG)); err != nil {
+		t.Fatal(err)
+	}
 	batch, err := train.ReadJSONL[train.GRPORecord](filepath.Join(work, "iter-0002", "batch.jsonl"))
 	if err != nil {
 		t.Fatal(err)
