@@ -35,6 +35,10 @@ library: build
 demo: setup build
 	$(BIN)/medgym run --dataset medcalcbench --split test --limit 20 --policy reference --store runs
 
+## verify-all: run every generated task's reference solution and check it with the strict verifier
+verify-all: library
+	MEDGYM_ALL_REFS=1 go test -count=1 -timeout 60m -run TestEveryReferenceSolution -v ./cmd/medgym | grep -E "passed|FAIL|ok"
+
 vet:
 	go vet $(PKGS)
 
@@ -63,7 +67,7 @@ fuzz:
 		(cd $$dir && go test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) .) || exit 1; \
 	done
 
-ci: fmt vet test fuzz
+ci: fmt vet test verify-all fuzz
 
 sandbox-image:
 	scripts/sandbox-image.sh

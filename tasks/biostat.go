@@ -532,7 +532,9 @@ func anovaCands(t *bsTable, conts, groups []*bsColumn) []bsCand {
 				continue
 			}
 			r, err := stats.OneWayAnova(gs)
-			if err != nil || !finite(r.Stat) {
+			// F ≈ 0 means identical group means (e.g. a baseline repeated
+			// per period): a degenerate question scipy answers with nan.
+			if err != nil || !finite(r.Stat) || r.Stat < 1e-9 {
 				continue
 			}
 			text := fmt.Sprintf("perform a one-way ANOVA of column %s across all %d levels of %s.%s", q(y.Name), len(ls), q(g.Name), missingNote)

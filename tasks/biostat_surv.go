@@ -169,6 +169,14 @@ func survivalCands(t *bsTable, s survSpec) []bsCand {
 		if err != nil {
 			continue
 		}
+		// A Wald z beyond 25 (p < 1e-130) comes from huge risk sets where
+		// statsmodels' PHReg overflows to nan: not a fair question.
+		// A Wald z beyond 25 (p < 1e-130), or a risk set as large as
+		// flchain's (~7,900 rows), makes statsmodels' PHReg (the Python
+		// the agent has) overflow to nan: not a fair question.
+		if fit.SE[0] <= 0 || math.Abs(fit.Coef[0]/fit.SE[0]) > 25 || len(ts) > 5000 {
+			continue
+		}
 		bp := "None"
 		if c.b != nil {
 			bp = c.b.py()
