@@ -1,4 +1,4 @@
-# medgym: the only entry point for building and testing. .ci/run calls `make ci`.
+# medgym: the only entry point for building and testing. .ci/run calls `make test`.
 SHELL   := /bin/bash
 BIN     := $(CURDIR)/bin
 MODULES := $(shell go list -m -f '{{.Dir}}' 2>/dev/null)
@@ -7,7 +7,7 @@ TOOLS   ?= $(HOME)/.cache/medgym/bin
 export MEDGYM_TOOLS := $(TOOLS)
 SERVICES := dispatcher llm-worker sandbox-worker verifier trainer
 
-.PHONY: all setup setup-test build library demo test test-short vet fmt tidy ci clean sandbox-image
+.PHONY: all setup setup-test build library demo test test-go test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
 
 all: build
 
@@ -48,8 +48,12 @@ fmt:
 tidy:
 	@for m in $(MODULES); do (cd $$m && GOWORK=off go mod tidy -diff >/dev/null) || { echo "go mod tidy needed in $$m"; exit 1; }; done
 
-## test: everything, with the race detector, Docker backend included
-test: setup-test library
+## test: every check CI runs: gofmt, vet, race tests (Docker backend included),
+## every reference solution, bounded fuzzing
+test: fmt vet test-go verify-all fuzz
+
+## test-go: the Go tests with the race detector (installs and starts what they need)
+test-go: setup-test library
 	MEDGYM_DOCKER=1 MEDGYM_LIBRARY=$(CURDIR)/build/library go test -race -count=1 -timeout 30m $(PKGS)
 	@# Task generation is ~20x slower under the race detector (pure-Go SQLite), so the
 	@# generators' determinism and solvability tests run once more without it.
@@ -67,7 +71,7 @@ fuzz:
 		(cd $$dir && go test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) .) || exit 1; \
 	done
 
-ci: fmt vet test verify-all fuzz
+ci: test
 
 sandbox-image:
 	scripts/sandbox-image.sh
