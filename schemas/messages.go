@@ -522,7 +522,6 @@ type RunStatus struct {
 	Total     int             `json:"total"`
 	Published int             `json:"published"`
 	Done      int             `json:"done"`
-	Outcomes  map[Outcome]int `json:"outcomes"`
 	Finished  bool            `json:"finished"`
 	Error     string          `json:"error,omitempty"`
 	UpdatedAt time.Time       `json:"updated_at"`

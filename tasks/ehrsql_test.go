@@ -164,6 +164,13 @@ func checkEHRReferences(t *testing.T, dataset, dir string, all []Task) {
 		}
 		sample = s
 	}
+	runSQLReferences(t, dataset, dir, sample, compareEHRAnswer)
+}
+
+// runSQLReferences runs the references of sample against the generated
+// database in dir, four at a time, and checks each printed answer.
+func runSQLReferences(t *testing.T, label, dir string, sample []Task, compare func(Truth, string) error) {
+	t.Helper()
 	sem := make(chan struct{}, 4)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -174,7 +181,7 @@ func checkEHRReferences(t *testing.T, dataset, dir string, all []Task) {
 			defer func() { <-sem }()
 			out, err := runEHRReference(t.Context(), dir, tk.Reference)
 			if err == nil {
-				err = compareEHRAnswer(tk.Truth, out)
+				err = compare(tk.Truth, out)
 			}
 			if err != nil {
 				mu.Lock()
@@ -186,7 +193,7 @@ func checkEHRReferences(t *testing.T, dataset, dir string, all []Task) {
 		})
 	}
 	wg.Wait()
-	t.Logf("%s: references %d/%d pass", dataset, len(sample)-failed, len(sample))
+	t.Logf("%s: references %d/%d pass", label, len(sample)-failed, len(sample))
 }
 
 func runEHRReference(ctx context.Context, dataDir, code string) (string, error) {

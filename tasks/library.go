@@ -7,9 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 )
 
 // Generator builds one dataset's task files and data resources from the
@@ -35,10 +36,7 @@ var ErrNoLibrary = errors.New("task library not generated")
 // under libraryDir.
 func Generate(ctx context.Context, dataRoot, libraryDir string, names []string) error {
 	if len(names) == 0 {
-		for n := range generators {
-			names = append(names, n)
-		}
-		sort.Strings(names)
+		names = generatorNames()
 	}
 	for _, n := range names {
 		g, ok := generators[n]
@@ -56,14 +54,7 @@ func Generate(ctx context.Context, dataRoot, libraryDir string, names []string) 
 	return nil
 }
 
-func generatorNames() []string {
-	out := make([]string, 0, len(generators))
-	for n := range generators {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
+func generatorNames() []string { return slices.Sorted(maps.Keys(generators)) }
 
 // WriteTasks writes ts as JSON lines to path (one Task per line), the
 // format loadLibrary reads.

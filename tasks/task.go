@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/medgym/medgym/schemas"
 )
@@ -71,12 +73,7 @@ var loaders = map[string]Loader{
 
 // Datasets lists the built-in dataset names.
 func Datasets() []string {
-	out := make([]string, 0, len(loaders))
-	for k := range loaders {
-		out = append(out, k)
-	}
-	sortStrings(out)
-	return out
+	return slices.Sorted(maps.Keys(loaders))
 }
 
 // Load returns the tasks of src, in a stable order.

@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -183,29 +182,7 @@ func checkTREQSReferences(t *testing.T, dir string, all []Task) {
 		n = v
 	}
 	sample := sampleSpread(all, n)
-	sem := make(chan struct{}, 4)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	failed := 0
-	for _, tk := range sample {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			out, err := runEHRReference(t.Context(), dir, tk.Reference)
-			if err == nil {
-				err = compareTREQSAnswer(tk.Truth, out)
-			}
-			if err != nil {
-				mu.Lock()
-				failed++
-				mu.Unlock()
-				t.Errorf("%s (%s): %v\nquestion: %s\nsql: %s\noutput: %s", tk.View.ID, tk.View.Category, err,
-					tk.View.Question, tk.Truth.Extra["sql"], out)
-			}
-		})
-	}
-	wg.Wait()
-	t.Logf("treqs: references %d/%d pass", len(sample)-failed, len(sample))
+	runSQLReferences(t, "treqs", dir, sample, compareTREQSAnswer)
 }
 
 // compareTREQSAnswer adds string answers and ordered lists to

@@ -79,10 +79,6 @@ func referenceIndex(ctx context.Context, data string, datasets []string) (func(g
 			}
 		}
 	}
-	byKey := map[string]string{}
-	for _, r := range refs {
-		byKey[r.question] = r.code
-	}
 	return func(goal string) (string, bool) {
 		for _, r := range refs {
 			if strings.Contains(goal, firstLine(r.question)) && strings.Contains(goal, contextHead(r.question)) {

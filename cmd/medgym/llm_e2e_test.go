@@ -500,12 +500,12 @@ func TestResumeAfterWorkerRestart(t *testing.T) {
 	stopA()
 	stopB := p.llmWorker(t, ctx, "worker-b", srv.URL+"/v1")
 	defer stopB()
-	status, err := follow(ctx, p.conn, spec.RunID, io.Discard, true, nil)
+	status, outcomes, err := follow(ctx, p.conn, spec.RunID, io.Discard, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if status.Total != 1 || status.Outcomes[schemas.OutcomeCorrect] != 1 {
-		t.Fatalf("outcomes %v of %d", status.Outcomes, status.Total)
+	if status.Total != 1 || outcomes[schemas.OutcomeCorrect] != 1 {
+		t.Fatalf("outcomes %v of %d", outcomes, status.Total)
 	}
 	rows := readRun(t, ctx, f.store, spec.RunID)
 	if len(rows) != 1 {

@@ -267,7 +267,7 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 		return runResult{}, err
 	}
 	fmt.Fprintf(stderr, "run %s submitted (%s, policy %s)\n", spec.RunID, strings.Join(spec.Datasets, ","), policyLabel(spec.Policy))
-	status, err := follow(ctx, conn, spec.RunID, stderr, f.quiet, svcErr)
+	status, outcomes, err := follow(ctx, conn, spec.RunID, stderr, f.quiet, svcErr)
 	stopServices()
 	if wait != nil {
 		if werr := wait(); werr != nil && err == nil {
@@ -277,7 +277,7 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 	if err != nil {
 		return runResult{}, err
 	}
-	res := runResult{RunID: spec.RunID, Total: status.Total, Outcomes: status.Outcomes, Store: st.String(), Elapsed: time.Since(start)}
+	res := runResult{RunID: spec.RunID, Total: status.Total, Outcomes: outcomes, Store: st.String(), Elapsed: time.Since(start)}
 	// Every row is stored (the scores say so); the store may still be
 	// briefly unreachable, so reading back waits for it, within bounds.
 	var rows []parquet.Row
@@ -315,16 +315,17 @@ func policyLabel(p schemas.PolicySpec) string {
 }
 
 // follow watches the run's status and scores until every episode has an
-// outcome, printing a progress line.
-func follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quiet bool, svcErr <-chan error) (schemas.RunStatus, error) {
+// outcome, printing a progress line. It returns the final status and the
+// count of episodes per outcome.
+func follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quiet bool, svcErr <-chan error) (schemas.RunStatus, map[schemas.Outcome]int, error) {
 	kv, err := conn.JS.KeyValue(ctx, schemas.BucketRuns)
 	if err != nil {
-		return schemas.RunStatus{}, fmt.Errorf("runs bucket: %w", err)
+		return schemas.RunStatus{}, nil, fmt.Errorf("runs bucket: %w", err)
 	}
 	cons, err := conn.JS.OrderedConsumer(ctx, schemas.StreamScores, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{schemas.EpisodeScored.For(runID)}})
 	if err != nil {
-		return schemas.RunStatus{}, fmt.Errorf("follow scores: %w", err)
+		return schemas.RunStatus{}, nil, fmt.Errorf("follow scores: %w", err)
 	}
 	outcomes := map[schemas.Outcome]int{}
 	seen := map[string]bool{}
@@ -357,7 +358,7 @@ func follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quie
 			_ = json.Unmarshal(e.Value(), &st)
 		}
 		if st.Error != "" {
-			return st, fmt.Errorf("run %s rejected by the dispatcher: %s", runID, st.Error)
+			return st, nil, fmt.Errorf("run %s rejected by the dispatcher: %s", runID, st.Error)
 		}
 		if !quiet && st.Total > 0 && (tty || time.Since(lastLine) >= 10*time.Second || len(seen) >= st.Total) {
 			progress(w, st, len(seen), outcomes, time.Since(start), tty)
@@ -367,14 +368,13 @@ func follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quie
 			if !quiet && tty {
 				fmt.Fprintln(w)
 			}
-			st.Outcomes = outcomes
-			return st, nil
+			return st, outcomes, nil
 		}
 		select {
 		case err := <-svcErr:
-			return st, err
+			return st, nil, err
 		case <-ctx.Done():
-			return st, fmt.Errorf("run %s interrupted at %d/%d episodes (resubmit with --run-id %s to continue): %w", runID, len(seen), st.Total, runID, ctx.Err())
+			return st, nil, fmt.Errorf("run %s interrupted at %d/%d episodes (resubmit with --run-id %s to continue): %w", runID, len(seen), st.Total, runID, ctx.Err())
 		case <-tick.C:
 		}
 	}

@@ -21,7 +21,6 @@ func (d *DeadLetter) UnmarshalJSON(b []byte) error {
 		RunID     string              `json:"run_id"`
 		EpisodeID string              `json:"episode_id"`
 		Ref       *schemas.EpisodeRef `json:"ref"`
-		Request   *schemas.EpisodeRequest
 	}
 	if err := json.Unmarshal(b, &probe); err != nil {
 		return err

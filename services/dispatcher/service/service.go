@@ -175,7 +175,7 @@ func (d *Dispatcher) submit(ctx context.Context, spec schemas.RunSpec) error {
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return err
 	}
-	st := schemas.RunStatus{Spec: spec, Outcomes: map[schemas.Outcome]int{}}
+	st := schemas.RunStatus{Spec: spec}
 	p, err := d.plan(ctx, spec)
 	if err != nil {
 		st.Error = err.Error()
@@ -257,14 +257,10 @@ func (d *Dispatcher) loop(ctx context.Context, stop <-chan struct{}, rs *runStat
 		if err != nil {
 			return err
 		}
-		scored, outcomes, err := d.countScores(ctx, run)
-		if err != nil {
+		if scored, err := d.countScores(ctx, run); err != nil {
 			d.log.Warn("count scores", "run", run, "err", err)
 		} else {
 			st.Done = scored
-			if outcomes != nil {
-				st.Outcomes = outcomes
-			}
 		}
 		for st.Published < len(p.Episodes) && st.Published-st.Done < maxIn {
 			req := p.Request(st.Published, time.Now().UTC())
@@ -297,17 +293,17 @@ func (d *Dispatcher) loop(ctx context.Context, stop <-chan struct{}, rs *runStat
 // countScores counts the run's scored episodes from the scores stream: the
 // verifier publishes one score per episode with the episode id as message
 // id, so the stream's per-subject count is the number of distinct episodes.
-func (d *Dispatcher) countScores(ctx context.Context, run string) (int, map[schemas.Outcome]int, error) {
+func (d *Dispatcher) countScores(ctx context.Context, run string) (int, error) {
 	s, err := d.conn.JS.Stream(ctx, schemas.StreamScores)
 	if err != nil {
-		return 0, nil, err
+		return 0, err
 	}
 	subj := schemas.EpisodeScored.For(run)
 	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subj))
 	if err != nil {
-		return 0, nil, err
+		return 0, err
 	}
-	return int(info.State.Subjects[subj]), nil, nil
+	return int(info.State.Subjects[subj]), nil
 }
 
 // deadLetter turns a message no worker could process into an infra_failure

@@ -3,6 +3,7 @@ package episode
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -220,7 +221,7 @@ func (e *Engine) debug(ctx context.Context, st schemas.EpisodeState, act schemas
 		Code     string `json:"code"`
 		ErrorMsg string `json:"error_msg"`
 	}
-	_ = jsonUnmarshal(act.Params, &p)
+	_ = json.Unmarshal(act.Params, &p) // Parse already validated the params
 	out, err := e.Debugger.Debug(ctx, st.Request, st.Turns, p.Code, p.ErrorMsg)
 	if err != nil {
 		return "The debugger model could not be reached: " + err.Error()

@@ -5,8 +5,6 @@ import (
 	"strings"
 )
 
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
-
 // answerText renders an answer action's value as the text the verifier checks:
 // a JSON string is unquoted; numbers, lists and booleans keep their JSON text.
 func answerText(params []byte) string {

@@ -1,5 +1,0 @@
-package tasks
-
-import "sort"
-
-func sortStrings(s []string) { sort.Strings(s) }
