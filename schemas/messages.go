@@ -518,13 +518,13 @@ func (r RunSpec) Validate() error {
 
 // RunStatus is the dispatcher's record of a run (BucketRuns).
 type RunStatus struct {
-	Spec      RunSpec         `json:"spec"`
-	Total     int             `json:"total"`
-	Published int             `json:"published"`
-	Done      int             `json:"done"`
-	Finished  bool            `json:"finished"`
-	Error     string          `json:"error,omitempty"`
-	UpdatedAt time.Time       `json:"updated_at"`
+	Spec      RunSpec   `json:"spec"`
+	Total     int       `json:"total"`
+	Published int       `json:"published"`
+	Done      int       `json:"done"`
+	Finished  bool      `json:"finished"`
+	Error     string    `json:"error,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // PolicyVersion announces a new policy (online RL).
