@@ -130,9 +130,12 @@ type PolicySpec struct {
 	Temperature *float64 `json:"temperature,omitempty"`
 	TopP        *float64 `json:"top_p,omitempty"`
 	MaxTokens   int      `json:"max_tokens,omitempty"`
-	Seed        *int64   `json:"seed,omitempty"`
-	Stop        []string `json:"stop,omitempty"`
-	Logprobs    bool     `json:"logprobs,omitempty"`
+	// Seed, when set, is sample 0's sampling seed; the dispatcher sends
+	// sample k Seed+k, so the K samples of a task differ and each one is
+	// reproducible.
+	Seed     *int64   `json:"seed,omitempty"`
+	Stop     []string `json:"stop,omitempty"`
+	Logprobs bool     `json:"logprobs,omitempty"`
 	// Version is the policy version the episode is sampled under (online RL).
 	Version int `json:"version,omitempty"`
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/medgym/medgym/services/llm-worker/fakellm"
@@ -20,7 +19,7 @@ func cmdFakeLLM(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := flag.NewFlagSet("fake-llm", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8089", "listen address")
-	pol := fs.String("policy", "reference", "script, reference, garbage or mixed")
+	pol := fs.String("policy", "reference", "script, reference, garbage, mixed or alternate (see the fakellm package)")
 	pCorrect := fs.Float64("p-correct", 0.8, "reference policy: probability of answering with the reference solution")
 	latency := fs.Duration("latency", 0, "mean latency per request")
 	jitter := fs.Duration("jitter", 0, "latency jitter")
@@ -66,38 +65,15 @@ func cmdFakeLLM(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // referenceIndex lets the fake model find a task's reference solution from
 // the goal text it is sent (the first user message contains the question).
 func referenceIndex(ctx context.Context, data string, datasets []string) (func(goal string) (string, bool), error) {
-	type ref struct{ question, code string }
-	var refs []ref
+	var all []tasks.Task
 	for _, ds := range datasets {
 		for _, sp := range []string{"test", "train"} {
 			ts, err := tasks.Load(ctx, tasks.Source{Dataset: ds, Split: sp, DataRoot: data})
 			if err != nil {
 				return nil, err
 			}
-			for _, t := range ts {
-				refs = append(refs, ref{t.View.Question + "\n" + t.View.Context, t.Reference})
-			}
+			all = append(all, ts...)
 		}
 	}
-	return func(goal string) (string, bool) {
-		for _, r := range refs {
-			if strings.Contains(goal, firstLine(r.question)) && strings.Contains(goal, contextHead(r.question)) {
-				return r.code, true
-			}
-		}
-		return "", false
-	}, nil
-}
-
-func firstLine(s string) string {
-	l, _, _ := strings.Cut(s, "\n")
-	return l
-}
-
-func contextHead(s string) string {
-	_, rest, _ := strings.Cut(s, "\n")
-	if len(rest) > 200 {
-		rest = rest[:200]
-	}
-	return rest
+	return fakellm.References(all), nil
 }

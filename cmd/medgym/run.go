@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +40,7 @@ type runFlags struct {
 	taskIDs      string
 	samples      int
 	temperatures string
+	policySeed   *int64
 	policy       string
 	llmURL       string
 	model        string
@@ -70,6 +72,14 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.taskIDs, "task", "", "only these task ids, comma separated")
 	fs.IntVar(&f.samples, "samples", 1, "samples per task (K)")
 	fs.StringVar(&f.temperatures, "temperatures", "", "per-sample temperature schedule, e.g. 0,0.6 (sample k uses entry min(k, n-1))")
+	fs.Func("seed", "sampling seed sent to the model for sample 0; sample k gets seed+k (default: none)", func(v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("not an integer: %q", v)
+		}
+		f.policySeed = &n
+		return nil
+	})
 	fs.StringVar(&f.policy, "policy", "reference", "policy: reference (replays reference solutions) or openai")
 	fs.StringVar(&f.llmURL, "llm-url", "", "OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
 	fs.StringVar(&f.model, "model", "", "model name for --policy openai")
@@ -94,7 +104,7 @@ func (f *runFlags) spec() (schemas.RunSpec, error) {
 	opts.LoopGuard, opts.VerifierMode = f.loopGuard, f.verifierMode
 	opts.ActionTimeoutSec, opts.EpisodeTimeoutSec = f.actionTO, f.episodeTO
 	pol := schemas.PolicySpec{Name: f.policy, Model: f.model, BaseURL: f.llmURL, APIKeyEnv: f.apiKeyEnv,
-		MaxTokens: f.maxTokens, Logprobs: f.logprobs}
+		MaxTokens: f.maxTokens, Logprobs: f.logprobs, Seed: f.policySeed}
 	if f.policy == schemas.PolicyReference {
 		pol.Model = "reference-solution" // labelled as such everywhere it appears
 	}

@@ -19,13 +19,13 @@ func TestSpecFileAndOverrides(t *testing.T) {
 	var f runFlags
 	fs := newTestFlagSet()
 	f.register(fs)
-	if err := fs.Parse([]string{"--samples", "2", "--llm-url", "http://x/v1"}); err != nil {
+	if err := fs.Parse([]string{"--samples", "2", "--llm-url", "http://x/v1", "--seed", "7"}); err != nil {
 		t.Fatal(err)
 	}
 	fromFlags, _ := f.spec()
 	got := overlay(fs, spec, fromFlags)
-	if got.Samples != 2 || got.Policy.BaseURL != "http://x/v1" {
-		t.Fatalf("explicit flags must override: samples %d url %q", got.Samples, got.Policy.BaseURL)
+	if got.Samples != 2 || got.Policy.BaseURL != "http://x/v1" || got.Policy.Seed == nil || *got.Policy.Seed != 7 {
+		t.Fatalf("explicit flags must override: samples %d url %q seed %v", got.Samples, got.Policy.BaseURL, got.Policy.Seed)
 	}
 	if got.Limit != 100 || got.RunID != "medcalc-pass4" || got.Policy.Model != "Qwen/Qwen2.5-7B-Instruct" {
 		t.Fatalf("unset flags must not override the file: %+v", got)

@@ -54,6 +54,7 @@ func overlay(fs *flag.FlagSet, file, flags schemas.RunSpec) schemas.RunSpec {
 		"policy":          func() { file.Policy.Name = flags.Policy.Name },
 		"llm-url":         func() { file.Policy.BaseURL = flags.Policy.BaseURL },
 		"model":           func() { file.Policy.Model = flags.Policy.Model },
+		"seed":            func() { file.Policy.Seed = flags.Policy.Seed },
 		"api-key-env":     func() { file.Policy.APIKeyEnv = flags.Policy.APIKeyEnv },
 		"max-tokens":      func() { file.Policy.MaxTokens = flags.Policy.MaxTokens },
 		"logprobs":        func() { file.Policy.Logprobs = flags.Policy.Logprobs },

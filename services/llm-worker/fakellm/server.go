@@ -29,12 +29,13 @@ const (
 	PolicyReference = "reference"
 	PolicyGarbage   = "garbage"
 	PolicyMixed     = "mixed"
+	PolicyAlternate = "alternate"
 )
 
 // Config configures a Server.
 type Config struct {
-	// Policy is PolicyScript, PolicyReference, PolicyGarbage or PolicyMixed
-	// (empty: script).
+	// Policy is PolicyScript, PolicyReference, PolicyGarbage, PolicyMixed or
+	// PolicyAlternate (empty: script).
 	Policy string
 	// Script holds the replies of a conversation, in order.
 	Script []string
@@ -75,6 +76,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	adapters map[string]string // LoRA name → path
+	loads    []string          // LoRA names, in load order
 	seen     map[uint64]int    // conversation hash → requests so far
 	stats    Stats
 }
@@ -112,6 +114,22 @@ func (s *Server) Stats() Stats {
 	return Stats{Requests: s.stats.Requests, ByStatus: maps.Clone(s.stats.ByStatus), ByModel: maps.Clone(s.stats.ByModel)}
 }
 
+// Loads returns the names of the LoRA adapters loaded so far, in load order
+// (an in-place reload appears again).
+func (s *Server) Loads() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.loads)
+}
+
+// Adapter returns the path a loaded LoRA adapter was loaded from.
+func (s *Server) Adapter(name string) (path string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	path, ok = s.adapters[name]
+	return path, ok
+}
+
 // chatRequest is what the fake reads of a request.
 type chatRequest struct {
 	Model               string                `json:"model"`
@@ -121,6 +139,7 @@ type chatRequest struct {
 	Logprobs            bool                  `json:"logprobs"`
 	ReturnTokenIDs      bool                  `json:"return_token_ids"`
 	Stream              bool                  `json:"stream"`
+	Seed                *int64                `json:"seed"`
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
@@ -155,7 +174,13 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 
 	fault := rand.New(rand.NewPCG(uint64(s.cfg.Seed), conv^uint64(attempt+1)*0x9e3779b97f4a7c15))
-	rng := rand.New(rand.NewPCG(uint64(s.cfg.Seed)^0x5bd1e995, conv))
+	// A request seed picks another sample, as it does in vLLM; the same
+	// seed gives the same reply.
+	sample := conv
+	if req.Seed != nil {
+		sample ^= uint64(*req.Seed)*0x9e3779b97f4a7c15 + 0x632be59bd9b4e019
+	}
+	rng := rand.New(rand.NewPCG(uint64(s.cfg.Seed)^0x5bd1e995, sample))
 
 	if d := s.latency(fault); d > 0 {
 		t := time.NewTimer(d)
@@ -189,7 +214,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	text := s.reply(req.Messages, rng)
+	text := s.reply(req.Messages, req.Seed, rng)
 	s.count(req.Model, http.StatusOK)
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(s.response(req, text, conv, attempt, rng))
@@ -263,7 +288,7 @@ func (s *Server) response(req chatRequest, text string, conv uint64, attempt int
 }
 
 // reply is the policy's text for a conversation.
-func (s *Server) reply(msgs []schemas.ChatMessage, rng *rand.Rand) string {
+func (s *Server) reply(msgs []schemas.ChatMessage, seed *int64, rng *rand.Rand) string {
 	turn := 0
 	goal := ""
 	for _, m := range msgs {
@@ -287,6 +312,8 @@ func (s *Server) reply(msgs []schemas.ChatMessage, rng *rand.Rand) string {
 			return garbage(rng)
 		}
 		return s.reference(goal, rng)
+	case PolicyAlternate:
+		return s.alternate(goal, turn, seed)
 	default:
 		if len(s.cfg.Script) == 0 {
 			return ""
@@ -306,6 +333,29 @@ func (s *Server) reference(goal string, rng *rand.Rand) string {
 	}
 	wrong := fmt.Sprintf("answer = %d.%03d\nprint(answer)", 900000+rng.IntN(99999), rng.IntN(1000))
 	return action(schemas.ActionValidateCode, "code", wrong)
+}
+
+// alternate is the reply of the alternate policy: by the request seed k
+// (0 when absent), the first turn is the reference for an even k and a
+// crashing program for an odd one; a later turn is the reference when k/2 is
+// even and a wrong number when it is odd.
+func (s *Server) alternate(goal string, turn int, seed *int64) string {
+	var k int64
+	if seed != nil {
+		k = *seed
+	}
+	if turn == 0 && k%2 != 0 {
+		return action(schemas.ActionValidateCode, "code", "x = 1/0\nprint(x)")
+	}
+	if turn > 0 && (k/2)%2 != 0 {
+		return action(schemas.ActionValidateCode, "code", "answer = -987654.321\nprint(answer)")
+	}
+	if s.cfg.References != nil {
+		if code, ok := s.cfg.References(goal); ok {
+			return action(schemas.ActionValidateCode, "code", code)
+		}
+	}
+	return action(schemas.ActionValidateCode, "code", "answer = -987654.321\nprint(answer)")
 }
 
 var garbageTexts = []string{
@@ -389,6 +439,7 @@ func (s *Server) loadLoRA(w http.ResponseWriter, r *http.Request) {
 	_, exists := s.adapters[req.Name]
 	if !exists || req.LoadInplace {
 		s.adapters[req.Name] = req.Path
+		s.loads = append(s.loads, req.Name)
 	}
 	s.mu.Unlock()
 	if exists && !req.LoadInplace {

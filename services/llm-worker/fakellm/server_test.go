@@ -159,6 +159,67 @@ func TestReferencePolicy(t *testing.T) {
 	}
 }
 
+// TestRequestSeed: as in vLLM, a request's seed picks the sample: the same
+// seed gives the same reply, and different seeds give different ones.
+func TestRequestSeed(t *testing.T) {
+	t.Parallel()
+	_, srv := start(t, fakellm.Config{Policy: fakellm.PolicyReference, PCorrect: 0.5,
+		References: func(string) (string, bool) { return "print(1)", true }, Seed: 3})
+	c := client(t, srv, llm.Config{})
+	reply := func(seed int64) string {
+		comp, err := c.Complete(t.Context(), llm.Request{Messages: conversation("goal", 0), Seed: &seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return comp.Text
+	}
+	distinct := map[string]bool{}
+	for seed := range int64(8) {
+		r := reply(seed)
+		if again := reply(seed); again != r {
+			t.Fatalf("seed %d: %q then %q", seed, r, again)
+		}
+		distinct[r] = true
+	}
+	if len(distinct) < 4 {
+		t.Fatalf("8 seeds gave %d distinct replies", len(distinct))
+	}
+}
+
+func TestAlternatePolicy(t *testing.T) {
+	t.Parallel()
+	const ref = "answer = 22.5\nprint(answer)"
+	_, srv := start(t, fakellm.Config{Policy: fakellm.PolicyAlternate,
+		References: func(g string) (string, bool) { return ref, g == "goal" }})
+	c := client(t, srv, llm.Config{})
+	code := func(goal string, turn int, seed int64) string {
+		comp, err := c.Complete(t.Context(), llm.Request{Messages: conversation(goal, turn), Seed: &seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var act struct {
+			Params struct{ Code string } `json:"params"`
+		}
+		if err := json.Unmarshal([]byte(comp.Text), &act); err != nil {
+			t.Fatalf("reply %q: %v", comp.Text, err)
+		}
+		return act.Params.Code
+	}
+	const crash, wrong = "x = 1/0\nprint(x)", "answer = -987654.321\nprint(answer)"
+	// seed: first turn, second turn.
+	want := map[int64][2]string{0: {ref, ref}, 1: {crash, ref}, 2: {ref, wrong}, 3: {crash, wrong}, 4: {ref, ref}}
+	for seed, w := range want {
+		for turn := range 2 {
+			if got := code("goal", turn, seed); got != w[turn] {
+				t.Fatalf("seed %d turn %d: %q, want %q", seed, turn, got, w[turn])
+			}
+		}
+	}
+	if got := code("unknown task", 0, 0); got != wrong {
+		t.Fatalf("unknown task: %q", got)
+	}
+}
+
 func TestGarbagePolicyNeverParses(t *testing.T) {
 	t.Parallel()
 	_, srv := start(t, fakellm.Config{Policy: fakellm.PolicyGarbage, Seed: 9})
@@ -249,6 +310,9 @@ func TestLoRAAdapters(t *testing.T) {
 	}
 	if comp, err := lora.Complete(t.Context(), llm.Request{Messages: msgs}); err != nil || comp.Text != "ok" {
 		t.Fatalf("adapter: %q, %v", comp.Text, err)
+	}
+	if p, ok := fake.Adapter("policy-v1"); !ok || p != "/ckpt/v1" || !slices.Equal(fake.Loads(), []string{"policy-v1"}) {
+		t.Fatalf("adapter path %q %v, loads %v", p, ok, fake.Loads())
 	}
 	resp, err := http.Get(srv.URL + "/v1/models")
 	if err != nil {

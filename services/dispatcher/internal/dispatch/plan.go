@@ -91,6 +91,12 @@ func (p *Plan) Request(i int, now time.Time) schemas.EpisodeRequest {
 		t := ts[min(e.Sample, len(ts)-1)]
 		pol.Temperature = &t
 	}
+	if pol.Seed != nil {
+		// Sample k gets Seed+k: with one seed for all K samples an engine
+		// that honours it (vLLM) would sample K identical episodes.
+		seed := *pol.Seed + int64(e.Sample)
+		pol.Seed = &seed
+	}
 	return schemas.EpisodeRequest{
 		RunID: p.Spec.RunID, EpisodeID: EpisodeID(p.Spec.RunID, e.Task.ID, e.Sample), SampleIndex: e.Sample,
 		Task: e.Task, Policy: pol, Options: p.Spec.Options, RequestedAt: now,

@@ -88,3 +88,24 @@ func TestPlanTemperatureScheduleAndIDs(t *testing.T) {
 		t.Fatalf("EpisodeID sanitising = %q", got)
 	}
 }
+
+func TestPlanSeedPerSample(t *testing.T) {
+	t.Parallel()
+	seed := int64(40)
+	spec := schemas.RunSpec{RunID: "r1", Samples: 3,
+		Policy: schemas.PolicySpec{Name: schemas.PolicyReference, Seed: &seed}, Options: schemas.DefaultOptions()}
+	p := NewPlan(spec, mkTasks(2))
+	for i := range p.Episodes {
+		r := p.Request(i, time.Unix(0, 0))
+		if r.Policy.Seed == nil || *r.Policy.Seed != 40+int64(r.SampleIndex) {
+			t.Fatalf("sample %d seed = %v, want %d", r.SampleIndex, r.Policy.Seed, 40+r.SampleIndex)
+		}
+	}
+	if seed != 40 || *p.Spec.Policy.Seed != 40 {
+		t.Fatalf("the run spec's seed changed to %d", *p.Spec.Policy.Seed)
+	}
+	spec.Policy.Seed = nil
+	if r := NewPlan(spec, mkTasks(1)).Request(1, time.Unix(0, 0)); r.Policy.Seed != nil {
+		t.Fatalf("unseeded run sent seed %d", *r.Policy.Seed)
+	}
+}

@@ -37,8 +37,11 @@ type Config struct {
 	Limit             int   `json:"limit,omitempty"`
 	SampleSeed        int64 `json:"sample_seed,omitempty"`
 	// Samples is K, the group size.
-	Samples     int                     `json:"samples"`
-	Temperature *float64                `json:"temperature,omitempty"`
+	Samples     int      `json:"samples"`
+	Temperature *float64 `json:"temperature,omitempty"`
+	// Seed, when set, is the sampling seed of sample 0; sample k gets
+	// Seed+k.
+	Seed        *int64                  `json:"seed,omitempty"`
 	Episode     *schemas.EpisodeOptions `json:"episode,omitempty"`
 	MaxInFlight int                     `json:"max_in_flight,omitempty"`
 

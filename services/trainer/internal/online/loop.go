@@ -152,7 +152,7 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 	spec := schemas.RunSpec{RunID: runID, Datasets: c.Datasets, Split: c.Split, TaskIDs: l.taskIDs(it), Limit: c.Limit,
 		SampleSeed: c.SampleSeed, Samples: c.Samples, Options: *c.Episode, MaxInFlight: c.MaxInFlight,
 		Policy: schemas.PolicySpec{Name: schemas.PolicyOpenAI, Model: model, BaseURL: c.Serving.BaseURL,
-			APIKeyEnv: c.Serving.APIKeyEnv, Temperature: c.Temperature, MaxTokens: c.Serving.MaxTokens,
+			APIKeyEnv: c.Serving.APIKeyEnv, Temperature: c.Temperature, Seed: c.Seed, MaxTokens: c.Serving.MaxTokens,
 			Logprobs: c.Serving.Logprobs, Version: v},
 		SubmittedAt: time.Now().UTC()}
 	if err := l.conn.Publish(ctx, schemas.RunSubmitted.For(runID), schemas.MsgID("run", runID), spec); err != nil {

@@ -77,7 +77,7 @@ func TestOnlineLoopResumesAfterKill(t *testing.T) {
 	cfg := map[string]any{
 		"nats": env.NATSURL, "store": env.Store, "work_dir": work, "run_prefix": "rl", "iterations": 3,
 		"datasets": []string{"medcalcbench"}, "split": "test", "task_ids": env.TaskIDs(), "tasks_per_iteration": 3,
-		"samples": 4, "episode": map[string]any{"max_turns": 2, "end_on": "accepted", "action_timeout_sec": 30},
+		"samples": 4, "seed": 0, "episode": map[string]any{"max_turns": 2, "end_on": "accepted", "action_timeout_sec": 30},
 		"serving":      map[string]any{"base_url": env.ModelURL, "base_model": testenv.BaseModel, "adapter_prefix": "pol", "logprobs": true},
 		"train":        map[string]any{"command": []string{"/bin/sh", "-c", step}, "timeout": "5m"},
 		"staleness":    map[string]any{"replay": 2, "max_lag": 1, "mode": "drop"},
@@ -122,7 +122,8 @@ func TestOnlineLoopResumesAfterKill(t *testing.T) {
 	if got := env.Model.Loads(); !slices.Equal(got, []string{"pol-v1", "pol-v2", "pol-v3"}) {
 		t.Fatalf("adapter loads %v", got)
 	}
-	if _, err := os.Stat(filepath.Join(env.Model.AdapterPath("pol-v3"), "model.pt")); err != nil {
+	v3, _ := env.Model.Adapter("pol-v3")
+	if _, err := os.Stat(filepath.Join(v3, "model.pt")); err != nil {
 		t.Fatalf("adapter v3 not written by the training step: %v", err)
 	}
 
@@ -149,7 +150,7 @@ func TestOnlineLoopResumesAfterKill(t *testing.T) {
 				t.Fatalf("iteration %d row tagged v%d model %s", it, r.PolicyVersion, r.Model)
 			}
 		}
-		if n := env.Model.Requests(model); n == 0 {
+		if n := env.Model.Stats().ByModel[model]; n == 0 {
 			t.Fatalf("model %s never sampled", model)
 		}
 	}

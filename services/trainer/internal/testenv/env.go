@@ -18,6 +18,7 @@ import (
 	"github.com/medgym/medgym/bus/embedded"
 	"github.com/medgym/medgym/schemas"
 	dispatcher "github.com/medgym/medgym/services/dispatcher/service"
+	"github.com/medgym/medgym/services/llm-worker/fakellm"
 	llmworker "github.com/medgym/medgym/services/llm-worker/service"
 	sandboxworker "github.com/medgym/medgym/services/sandbox-worker/service"
 	verifier "github.com/medgym/medgym/services/verifier/service"
@@ -34,9 +35,9 @@ type Env struct {
 	Store    string // trajectory store directory
 	DataRoot string
 	Library  string
-	Tasks    []tasks.Task // the MedCalc tasks the fake model knows
-	Model    *FakeModel
-	ModelURL string // base URL, ending in /v1
+	Tasks    []tasks.Task    // the MedCalc tasks the fake model knows
+	Model    *fakellm.Server // the fake model, alternate policy
+	ModelURL string          // base URL, ending in /v1
 }
 
 // DataRoot finds ../shared/data beside the repository (or $MEDGYM_DATA).
@@ -97,7 +98,7 @@ func Start(t testing.TB, nTasks int) *Env {
 	if err := os.Chmod(library, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	model := NewFakeModel(BaseModel, ts)
+	model := fakellm.New(fakellm.Config{Policy: fakellm.PolicyAlternate, Model: BaseModel, References: fakellm.References(ts)})
 	srv := httptest.NewServer(model)
 	e := &Env{NATSURL: ns.ClientURL(), Conn: conn, Store: filepath.Join(t.TempDir(), "store"), DataRoot: data,
 		Library: library, Tasks: ts, Model: model, ModelURL: srv.URL + "/v1"}
@@ -127,9 +128,7 @@ func Start(t testing.TB, nTasks int) *Env {
 	})
 	t.Cleanup(func() {
 		if os.Getenv("MEDGYM_TEST_LOG") != "" {
-			model.mu.Lock()
-			t.Logf("fake model requests: %v by model %v", model.counts, model.models)
-			model.mu.Unlock()
+			t.Logf("fake model requests: %+v", model.Stats())
 		}
 		cancel()
 		wg.Wait()
@@ -150,7 +149,10 @@ func (e *Env) TaskIDs() []string {
 	return ids
 }
 
-// Spec returns a RunSpec over the given tasks with K samples.
+// Spec returns a RunSpec over the given tasks with K samples. A fake-model
+// policy should carry Seed 0: by the seeds the dispatcher derives from it,
+// the alternate policy gives each task of K = 4 3 successes (one after a
+// crash) and 1 failure.
 func (e *Env) Spec(runID string, k int, pol schemas.PolicySpec, taskIDs []string) schemas.RunSpec {
 	opts := schemas.DefaultOptions()
 	opts.MaxTurns, opts.EndOn, opts.ActionTimeoutSec = 2, schemas.EndOnAccepted, 30

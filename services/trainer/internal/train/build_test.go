@@ -32,8 +32,9 @@ func TestBuildFromRealStore(t *testing.T) {
 	// would replay the first run's episode.
 	ids := env.TaskIDs()
 	ref := env.Run(t, ctx, env.Spec("ref", 1, schemas.PolicySpec{Name: schemas.PolicyReference, Model: "reference-solution"}, ids[3:]))
+	seed := int64(0)
 	fake := env.Run(t, ctx, env.Spec("fake", 4, schemas.PolicySpec{Name: schemas.PolicyOpenAI, Model: testenv.BaseModel,
-		BaseURL: env.ModelURL, Logprobs: true, MaxTokens: 512}, ids[:3]))
+		BaseURL: env.ModelURL, Logprobs: true, MaxTokens: 8192, Seed: &seed}, ids[:3]))
 	scores := append(ref, fake...)
 	outcomes := map[string]int{}
 	for _, s := range scores {
