@@ -2,21 +2,27 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 )
 
-// TestTrainStepLosses runs python/train_step.py on the toy batches in
-// testdata with the CPU backend and checks that each loss does its job.
-func TestTrainStepLosses(t *testing.T) {
+func requireTorch(t *testing.T) {
+	t.Helper()
 	if exec.Command("/usr/bin/python3", "-c", "import torch").Run() != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("/usr/bin/python3 lacks torch (apt-get install python3-torch; scripts/setup.sh does)")
 		}
 		t.Skip("/usr/bin/python3 lacks torch")
 	}
+}
+
+// TestTrainStepLosses runs python/train_step.py on the toy batches in
+// testdata with the CPU backend and checks that each loss does its job.
+func TestTrainStepLosses(t *testing.T) {
+	requireTorch(t)
 	type metrics struct {
 		Backend       string             `json:"backend"`
 		Steps         int                `json:"steps"`
@@ -63,6 +69,46 @@ func TestTrainStepLosses(t *testing.T) {
 					t.Fatalf("GRPO pos logp %v → %v, neg %v → %v, kl %v", m.Before["pos_logp"], m.After["pos_logp"],
 						m.Before["neg_logp"], m.After["neg_logp"], m.After["kl"])
 				}
+			}
+		})
+	}
+}
+
+// TestTrainStepMicroBatches checks gradient accumulation: training one
+// sequence per forward/backward follows the same loss curve as the whole
+// batch at once, so each micro-batch's share is normalised by whole-batch
+// counts (a per-chunk mean would not sum to the batch loss).
+func TestTrainStepMicroBatches(t *testing.T) {
+	requireTorch(t)
+	for _, tc := range []struct{ mode, agg string }{{"sft", "token"}, {"dpo", "token"}, {"grpo", "token"}, {"grpo", "seq"}} {
+		t.Run(tc.mode+"-"+tc.agg, func(t *testing.T) {
+			var curves [2][]float64
+			for i, mb := range []string{"0", "1"} {
+				dir := t.TempDir()
+				cmd := exec.Command("/usr/bin/python3", "python/train_step.py", "--mode", tc.mode, "--backend", "tiny",
+					"--data", "testdata/toy_"+tc.mode+".jsonl", "--out", filepath.Join(dir, "ckpt"), "--steps", "4",
+					"--agg", tc.agg, "--micro-batch", mb, "--metrics", filepath.Join(dir, "m.json"))
+				if b, err := cmd.CombinedOutput(); err != nil {
+					t.Fatalf("%v\n%s", err, b)
+				}
+				b, err := os.ReadFile(filepath.Join(dir, "m.json"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var m struct{ Loss []float64 }
+				if err := json.Unmarshal(b, &m); err != nil || len(m.Loss) != 4 {
+					t.Fatalf("metrics %s: %v", b, err)
+				}
+				curves[i] = m.Loss
+			}
+			for s := range curves[0] {
+				whole, micro := curves[0][s], curves[1][s]
+				if math.Abs(whole-micro) > 1e-4*max(1, math.Abs(whole)) {
+					t.Fatalf("step %d: loss %v with the whole batch, %v one sequence at a time", s, whole, micro)
+				}
+			}
+			if curves[0][0] == curves[0][3] {
+				t.Fatalf("loss did not move: %v", curves[0])
 			}
 		})
 	}

@@ -74,6 +74,7 @@ class TinyLM(nn.Module):
 
 class TinyBackend:
     name = "tiny"
+    dev = "cpu"
 
     def __init__(self, args):
         self.max_len = args.max_len
@@ -97,12 +98,12 @@ class TinyBackend:
             lm += [0] * len(head) + [int(k)] * len(body)
         return truncate(ids, lm, self.max_len)
 
-    def logits(self, model, ids, attn):
-        return model(ids)
+    def logps(self, model, ids, attn):
+        return token_logps(model(ids), ids)
 
-    def ref_logits(self, ids, attn):
+    def ref_logps(self, ids, attn):
         with torch.no_grad():
-            return self.ref(ids)
+            return token_logps(self.ref(ids), ids)
 
     def save(self, out):
         os.makedirs(out, exist_ok=True)
@@ -112,6 +113,8 @@ class TinyBackend:
 
 
 class HFBackend:
+    """Needs transformers >= 4.56 (the dtype argument) and peft."""
+
     name = "hf"
 
     def __init__(self, args):
@@ -121,14 +124,16 @@ class HFBackend:
         dev = "cuda" if torch.cuda.is_available() else "cpu"
         dtype = torch.bfloat16 if dev == "cuda" else torch.float32
         self.tok = AutoTokenizer.from_pretrained(args.model)
-        base = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=dtype).to(dev)
+        base = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype).to(dev)
+        if args.grad_ckpt:
+            base.gradient_checkpointing_enable()
+            base.enable_input_require_grads()  # LoRA: the frozen embeddings must still pass gradients
         if args.init and os.path.exists(os.path.join(args.init, "adapter_config.json")):
             self.model = PeftModel.from_pretrained(base, args.init, is_trainable=True)
         else:
             cfg = LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0,
                              target_modules="all-linear", task_type="CAUSAL_LM")
             self.model = get_peft_model(base, cfg)
-        self.model.gradient_checkpointing_enable() if args.grad_ckpt else None
         self.dev = dev
         self.max_len = args.max_len
         self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
@@ -138,8 +143,8 @@ class HFBackend:
         template; a message's span carries loss when its mask is 1."""
         ids, lm, prev = [], [], []
         for i, k in enumerate(mask):
-            cur = self.tok.apply_chat_template(messages[: i + 1], tokenize=True,
-                                               add_generation_prompt=False)
+            cur = list(self.tok.apply_chat_template(messages[: i + 1], tokenize=True, return_dict=False,
+                                                    add_generation_prompt=False))
             if cur[: len(prev)] != prev:  # template rewrote the prefix: fall back to the tail
                 cur = prev + cur[len(prev):]
             span = cur[len(prev):]
@@ -148,12 +153,12 @@ class HFBackend:
             prev = cur
         return truncate(ids, lm, self.max_len)
 
-    def logits(self, model, ids, attn):
-        return model(input_ids=ids.to(self.dev), attention_mask=attn.to(self.dev)).logits.float().cpu()
+    def logps(self, model, ids, attn):
+        return token_logps(model(input_ids=ids, attention_mask=attn).logits, ids)
 
-    def ref_logits(self, ids, attn):
+    def ref_logps(self, ids, attn):
         with torch.no_grad(), self.model.disable_adapter():
-            return self.logits(self.model, ids, attn)
+            return self.logps(self.model, ids, attn)
 
     def save(self, out):
         self.model.save_pretrained(out)
@@ -184,45 +189,83 @@ def make_backend(args):
 # ---------------------------------------------------------------- batches
 
 
-def pad_batch(seqs, pad):
-    """seqs: list of (ids, mask). Returns ids [B,T], attention [B,T] and the
-    shifted loss mask [B,T-1] aligned with the next-token log-probs."""
-    T = max(len(s[0]) for s in seqs)
-    ids = torch.full((len(seqs), T), pad, dtype=torch.long)
-    attn = torch.zeros((len(seqs), T), dtype=torch.long)
-    mask = torch.zeros((len(seqs), T), dtype=torch.float32)
-    for i, (x, m) in enumerate(seqs):
-        ids[i, : len(x)] = torch.tensor(x)
-        attn[i, : len(x)] = 1
-        mask[i, : len(m)] = torch.tensor(m, dtype=torch.float32)
-    return ids, attn, mask[:, 1:]
+class Batch:
+    """Padded sequences on the CPU; chunks of micro_batch rows go to the
+    backend's device one at a time, trimmed to their longest row, so memory
+    holds one micro-batch's logits, never the whole batch's."""
+
+    def __init__(self, seqs, pad, micro_batch):
+        T = max(len(s[0]) for s in seqs)
+        self.ids = torch.full((len(seqs), T), pad, dtype=torch.long)
+        self.attn = torch.zeros((len(seqs), T), dtype=torch.long)
+        mask = torch.zeros((len(seqs), T), dtype=torch.float32)
+        for i, (x, m) in enumerate(seqs):
+            self.ids[i, : len(x)] = torch.tensor(x)
+            self.attn[i, : len(x)] = 1
+            mask[i, : len(m)] = torch.tensor(m, dtype=torch.float32)
+        self.mask = mask[:, 1:]  # aligned with the next-token log-probs
+        self.lens = [len(s[0]) for s in seqs]
+        self.n = len(seqs)
+        self.mb = micro_batch if micro_batch > 0 else self.n
+
+    def chunks(self):
+        """(rows, width): rows a slice, width the chunk's longest row."""
+        for a in range(0, self.n, self.mb):
+            rows = slice(a, min(a + self.mb, self.n))
+            yield rows, max(self.lens[rows])
+
+    def inputs(self, rows, width, dev):
+        return self.ids[rows, :width].to(dev), self.attn[rows, :width].to(dev)
+
+    def per_token(self, fn, dev):
+        """fn(ids, attn) -> [b, width-1] for each chunk, gathered into a
+        [B, T-1] CPU tensor (no gradient)."""
+        out = torch.zeros_like(self.mask)
+        with torch.no_grad():
+            for rows, width in self.chunks():
+                out[rows, : width - 1] = fn(*self.inputs(rows, width, dev)).float().cpu()
+        return out
 
 
 def token_logps(logits, ids):
-    """Log-probability of each next token: [B, T-1]."""
-    lp = F.log_softmax(logits[:, :-1].float(), dim=-1)
-    return lp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    """Log-probability of each next token, [B, T-1]: the gathered logit
+    minus the log-sum-exp, without materialising a log-softmax copy."""
+    logits = logits[:, :-1].float()
+    tgt = ids[:, 1:].unsqueeze(-1)
+    return logits.gather(-1, tgt).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
 # ---------------------------------------------------------------- losses
+#
+# Each objective splits its loss over micro-batches: part(model, rows,
+# width) is that chunk's share, normalised by whole-batch counts, so the
+# parts sum to the full-batch loss and their gradients, accumulated, to its
+# gradient.
 
 
-class SFT:
+class Objective:
+    def loss(self, model):
+        with torch.no_grad():
+            return sum(self.part(model, rows, width).item() for rows, width in self.chunks())
+
+
+class SFT(Objective):
     def __init__(self, be, recs, args):
         self.be = be
-        self.batch = pad_batch([be.encode(r["messages"], r["loss_mask"]) for r in recs], be.pad)
+        self.batch = Batch([be.encode(r["messages"], r["loss_mask"]) for r in recs], be.pad, args.micro_batch)
+        self.chunks = self.batch.chunks
+        self.ntok = self.batch.mask.sum().clamp(min=1)
 
-    def loss(self, model):
-        ids, attn, mask = self.batch
-        lp = token_logps(self.be.logits(model, ids, attn), ids)
-        return -(lp * mask).sum() / mask.sum().clamp(min=1)
+    def part(self, model, rows, width):
+        b = self.batch
+        lp = self.be.logps(model, *b.inputs(rows, width, self.be.dev))
+        return -(lp * b.mask[rows, : width - 1].to(lp.device)).sum() / self.ntok
 
     def evaluate(self, model):
-        with torch.no_grad():
-            return {"sft_loss": self.loss(model).item()}
+        return {"sft_loss": self.loss(model)}
 
 
-class DPO:
+class DPO(Objective):
     def __init__(self, be, recs, args):
         self.be, self.beta = be, args.beta
 
@@ -230,42 +273,51 @@ class DPO:
             msgs = r["prompt"] + r[side]
             return be.encode(msgs, [0] * len(r["prompt"]) + [1 if m["role"] == "assistant" else 0 for m in r[side]])
 
-        self.chosen = pad_batch([enc(r, "chosen") for r in recs], be.pad)
-        self.rejected = pad_batch([enc(r, "rejected") for r in recs], be.pad)
-        self.ref_c = self.seq_logp(None, self.chosen)
-        self.ref_r = self.seq_logp(None, self.rejected)
+        self.chosen = Batch([enc(r, "chosen") for r in recs], be.pad, args.micro_batch)
+        self.rejected = Batch([enc(r, "rejected") for r in recs], be.pad, args.micro_batch)
+        self.ref_c = self.seq_logps(self.chosen, be.ref_logps)
+        self.ref_r = self.seq_logps(self.rejected, be.ref_logps)
+        self.n = len(recs)
 
-    def seq_logp(self, model, batch):
-        ids, attn, mask = batch
-        logits = self.be.ref_logits(ids, attn) if model is None else self.be.logits(model, ids, attn)
-        return (token_logps(logits, ids) * mask).sum(-1)
+    def seq_logps(self, batch, fn):
+        return (batch.per_token(fn, self.be.dev) * batch.mask).sum(-1)
 
-    def margins(self, model):
-        return (self.seq_logp(model, self.chosen) - self.ref_c) - (self.seq_logp(model, self.rejected) - self.ref_r)
+    def chunks(self):
+        for rows, _ in self.chosen.chunks():
+            yield rows, None
 
-    def loss(self, model):
-        return -F.logsigmoid(self.beta * self.margins(model)).mean()
+    def margins(self, model, rows):
+        out = []
+        for batch, ref in ((self.chosen, self.ref_c), (self.rejected, self.ref_r)):
+            width = max(batch.lens[rows])
+            lp = self.be.logps(model, *batch.inputs(rows, width, self.be.dev))
+            seq = (lp * batch.mask[rows, : width - 1].to(lp.device)).sum(-1)
+            out.append(seq - ref[rows].to(lp.device))
+        return out[0] - out[1]
+
+    def part(self, model, rows, width):
+        return -F.logsigmoid(self.beta * self.margins(model, rows)).sum() / self.n
 
     def evaluate(self, model):
         with torch.no_grad():
-            m = self.margins(model)
-            return {"dpo_loss": -F.logsigmoid(self.beta * m).mean().item(),
-                    "dpo_margin": (self.beta * m).mean().item(),
-                    "dpo_accuracy": (m > 0).float().mean().item()}
+            m = torch.cat([self.margins(model, rows).float().cpu() for rows, _ in self.chunks()])
+        return {"dpo_loss": -F.logsigmoid(self.beta * m).mean().item(),
+                "dpo_margin": (self.beta * m).mean().item(),
+                "dpo_accuracy": (m > 0).float().mean().item()}
 
 
-class GRPO:
+class GRPO(Objective):
     def __init__(self, be, recs, args, model):
         self.be, self.args = be, args
         seqs = [be.encode(r["prompt"] + r["completion"], [0] * len(r["prompt"]) + r["completion_mask"]) for r in recs]
-        self.batch = pad_batch(seqs, be.pad)
+        self.batch = b = Batch(seqs, be.pad, args.micro_batch)
+        self.chunks = b.chunks
         self.adv = torch.tensor([float(r["advantage"]) for r in recs])
         self.w = torch.tensor([float(r.get("weight", 1.0)) for r in recs])
-        ids, attn, mask = self.batch
-        with torch.no_grad():
-            self.ref = token_logps(be.ref_logits(ids, attn), ids)
-            self.old = token_logps(be.logits(model, ids, attn), ids)
-        recorded = self.recorded_old(recs, mask)
+        self.ntok = b.mask.sum().clamp(min=1)
+        self.ref = b.per_token(be.ref_logps, be.dev)
+        self.old = b.per_token(lambda ids, attn: be.logps(model, ids, attn), be.dev)
+        recorded = self.recorded_old(recs, b.mask)
         if recorded is not None:
             self.old = recorded
 
@@ -283,31 +335,36 @@ class GRPO:
             old[i, pos] = torch.tensor(flat, dtype=old.dtype)
         return old
 
-    def loss(self, model):
-        ids, attn, mask = self.batch
-        a = self.args
-        lp = token_logps(self.be.logits(model, ids, attn), ids)
-        ratio = torch.exp(lp - self.old)
-        adv = self.adv.unsqueeze(-1)
+    def per_token(self, model, rows, width):
+        """Per-token objective (to maximise) and the mask, on the device."""
+        b, a = self.batch, self.args
+        lp = self.be.logps(model, *b.inputs(rows, width, self.be.dev))
+        dev, cut = lp.device, (rows, slice(0, width - 1))
+        ratio = torch.exp(lp - self.old[cut].to(dev))
+        adv = self.adv[rows].to(dev).unsqueeze(-1)
         surr = torch.min(ratio * adv, torch.clamp(ratio, 1 - a.clip_eps, 1 + a.clip_eps) * adv)
-        delta = torch.clamp(self.ref - lp, -20, 20)
+        delta = torch.clamp(self.ref[cut].to(dev) - lp, -20, 20)
         k3 = torch.clamp(torch.exp(delta) - delta - 1, max=10)
-        per_tok = (surr - a.kl_coef * k3) * self.w.unsqueeze(-1)
-        if a.agg == "seq":
-            return -((per_tok * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
-        return -(per_tok * mask).sum() / mask.sum().clamp(min=1)
+        return (surr - a.kl_coef * k3) * self.w[rows].to(dev).unsqueeze(-1), b.mask[cut].to(dev), lp, k3
+
+    def part(self, model, rows, width):
+        per_tok, mask, _, _ = self.per_token(model, rows, width)
+        if self.args.agg == "seq":
+            return -((per_tok * mask).sum(-1) / mask.sum(-1).clamp(min=1)).sum() / self.batch.n
+        return -(per_tok * mask).sum() / self.ntok
 
     def evaluate(self, model):
-        ids, attn, mask = self.batch
+        per_seq, kl = [], 0.0
         with torch.no_grad():
-            lp = token_logps(self.be.logits(model, ids, attn), ids)
-            per_seq = (lp * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-            delta = torch.clamp(self.ref - lp, -20, 20)
-            k3 = (torch.clamp(torch.exp(delta) - delta - 1, max=10) * mask).sum() / mask.sum().clamp(min=1)
-            out = {"grpo_loss": self.loss(model).item(), "kl": k3.item()}
-            for name, sel in (("pos", self.adv > 0), ("neg", self.adv < 0)):
-                out[name + "_logp"] = per_seq[sel].mean().item() if sel.any() else None
-            return out
+            for rows, width in self.chunks():
+                _, mask, lp, k3 = self.per_token(model, rows, width)
+                per_seq.append(((lp * mask).sum(-1) / mask.sum(-1).clamp(min=1)).float().cpu())
+                kl += (k3 * mask).sum().item()
+        per_seq = torch.cat(per_seq)
+        out = {"grpo_loss": self.loss(model), "kl": kl / self.ntok.item()}
+        for name, sel in (("pos", self.adv > 0), ("neg", self.adv < 0)):
+            out[name + "_logp"] = per_seq[sel].mean().item() if sel.any() else None
+        return out
 
 
 # ---------------------------------------------------------------- main
@@ -329,6 +386,8 @@ def main(argv=None):
     p.add_argument("--kl-coef", type=float, default=1e-3, help="GRPO k3 KL coefficient (upstream §6.2)")
     p.add_argument("--agg", default="token", choices=["token", "seq"])
     p.add_argument("--max-len", type=int, default=1024)
+    p.add_argument("--micro-batch", type=int, default=4,
+                   help="sequences per forward/backward; gradients accumulate over the batch (0: all at once)")
     p.add_argument("--lora-r", type=int, default=16)
     p.add_argument("--grad-ckpt", action="store_true")
     p.add_argument("--seed", type=int, default=0)
@@ -357,14 +416,17 @@ def main(argv=None):
     opt = torch.optim.AdamW([q for q in model.parameters() if q.requires_grad], lr=lr)
     for _ in range(args.steps):
         opt.zero_grad()
-        loss = obj.loss(model)
-        loss.backward()
+        loss = 0.0
+        for rows, width in obj.chunks():
+            part = obj.part(model, rows, width)
+            part.backward()
+            loss += part.item()
+        if not math.isfinite(loss):
+            sys.exit("train_step: loss is not finite")
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        metrics["loss"].append(loss.item())
+        metrics["loss"].append(loss)
         metrics["steps"] += 1
-        if not math.isfinite(loss.item()):
-            sys.exit("train_step: loss is not finite")
     metrics["after"] = obj.evaluate(model)
     metrics.update(lr=lr, seconds=time.time() - t0, out=args.out)
     be.save(args.out)
