@@ -113,3 +113,20 @@ func TestTrainStepMicroBatches(t *testing.T) {
 		})
 	}
 }
+
+// TestTrainStepHF runs python/hf_check.py: the hf backend (transformers and
+// peft) on a tiny Llama built locally, loss masks, the three losses, peft
+// adapter output and a resume. It runs wherever /usr/bin/python3 has
+// transformers and peft (a GPU machine's image does); Debian packages
+// neither, so CI skips it.
+func TestTrainStepHF(t *testing.T) {
+	requireTorch(t)
+	if exec.Command("/usr/bin/python3", "-c", "import transformers, peft").Run() != nil {
+		t.Skip("/usr/bin/python3 lacks transformers or peft")
+	}
+	out, err := exec.Command("/usr/bin/python3", "python/hf_check.py", "--work", t.TempDir()).CombinedOutput()
+	if err != nil {
+		t.Fatalf("hf_check: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}
