@@ -4,11 +4,13 @@ go 1.26.8
 
 require (
 	github.com/containerd/errdefs v1.0.0
+	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/medgym/medgym/bus v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/schemas v0.0.0-00010101000000-000000000000
 	github.com/moby/moby/api v1.57.0
 	github.com/moby/moby/client v0.6.3
 	github.com/nats-io/nats.go v1.55.0
+	golang.org/x/net v0.60.0
 )
 
 require (

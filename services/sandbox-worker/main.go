@@ -36,6 +36,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	image := fs.String("docker-image", "medgym/sandbox:latest", "image of the docker backend (built by make sandbox-image)")
 	workRoot := fs.String("work-root", "", "directory for per-episode workspaces (default: a temp dir)")
 	warm := fs.Int("warm", 0, "warm Python interpreters (0 = cold runs)")
+	seccomp := fs.Bool("seccomp", true, "seccomp syscall filter in the bwrap sandbox (--seccomp=false turns it off)")
 	conc := fs.Int("concurrency", 2, "actions at once")
 	memMB := fs.Int("memory-mb", 2048, "memory limit of one run")
 	name := fs.String("name", host+"/sandbox-worker", "worker name recorded in observations")
@@ -45,7 +46,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "sandbox-worker")
-	log.Info("config", "nats", *natsURL, "data", *data, "backend", *backend, "warm", *warm, "concurrency", *conc)
+	log.Info("config", "nats", *natsURL, "data", *data, "backend", *backend, "warm", *warm, "seccomp", *seccomp, "concurrency", *conc)
 	conn, metrics, err := bus.Start(ctx, *natsURL, "sandbox-worker", *metricsAddr, log)
 	if err != nil {
 		return err
@@ -53,7 +54,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	defer conn.Close()
 	return service.Run(ctx, conn, service.Config{Metrics: metrics, AckWait: *ackWait,
 		Sandbox: service.SandboxConfig{Backend: *backend, DockerImage: *image, DataRoot: *data, WorkRoot: *workRoot, Warm: *warm,
-			Limits: service.Limits{MemoryBytes: int64(*memMB) << 20}},
+			DisableSeccomp: !*seccomp,
+			Limits:         service.Limits{MemoryBytes: int64(*memMB) << 20}},
 		Concurrency: *conc, Worker: *name,
 	}, log)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elastic/go-seccomp-bpf/arch"
 	"github.com/medgym/medgym/schemas"
 )
 
@@ -257,6 +258,37 @@ for p in ["s1", "s2/root", "s3/host-secret.txt"]:
 			t.Fatalf("release followed a symlink out of the workspace: %v", err)
 		}
 	})
+	t.Run("kernel attack surface (seccomp)", func(t *testing.T) {
+		if s.cfg.Backend == BackendDocker {
+			// Docker's default profile is not ours: it allows ptrace and the
+			// i386 ABI, for one (SANDBOX.md).
+			t.Skip("the docker backend runs under Docker's own seccomp profile")
+		}
+		src, want, err := seccompProbes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := exec1(t, s, code(newEpisode(), src, 30))
+		if r.Status != schemas.StatusOK {
+			t.Fatalf("probe run: %+v", r)
+		}
+		for _, name := range want {
+			if name == "ia32" && strings.Contains(r.Stdout, "ia32 unavailable") {
+				t.Log("the kernel has no i386 ABI: the ia32 probe proves nothing here")
+				continue
+			}
+			if !strings.Contains(r.Stdout, "DENIED "+name+" ") {
+				t.Errorf("%s not denied by the filter", name)
+			}
+		}
+		if !strings.Contains(r.Stdout, "ALLOWED personality-query\n") {
+			t.Errorf("personality query refused")
+		}
+		if t.Failed() {
+			t.Logf("probe output:\n%s", r.Stdout)
+		}
+		healthy(t)
+	})
 	t.Run("background processes die with the run", func(t *testing.T) {
 		marker := fmt.Sprintf("sleep 31%d", os.Getpid()%1000)
 		r := exec1(t, s, term(newEpisode(), "("+marker+" &) ; nohup "+marker+" >/dev/null 2>&1 & echo started", 20))
@@ -271,4 +303,70 @@ for p in ["s1", "s2/root", "s3/host-secret.txt"]:
 			time.Sleep(20 * time.Millisecond)
 		}
 	})
+}
+
+// seccompProbes is Python that makes syscalls the seccomp filter denies,
+// each with arguments that give a different result (success, ENOENT,
+// EINVAL, EBADF...) when it is missing, and prints "DENIED <name>" for
+// each that fails with the filter's errno; want lists the names. The
+// numbers come from the filter library's table for this architecture.
+func seccompProbes() (src string, want []string, err error) {
+	info, err := arch.GetInfo("")
+	if err != nil {
+		return "", nil, err
+	}
+	nr := func(name string) int { return info.SyscallNames[name] }
+	var b strings.Builder
+	fmt.Fprintf(&b, `import ctypes, errno, mmap, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def probe(name, want, nr, *args):
+    # In a child: a call the filter lets through must not change the rest.
+    pid = os.fork()
+    if pid == 0:
+        ctypes.set_errno(0)
+        r = libc.syscall(nr, *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+        e = ctypes.get_errno()
+        if r == 0 and name == "clone-newuser":
+            os._exit(0)  # the child of a clone that was let through
+        print("DENIED" if r == -1 and e == want else "ALLOWED", name, r, errno.errorcode.get(e, e), flush=True)
+        os._exit(0)
+    os.waitpid(pid, 0)
+EPERM, ENOSYS = errno.EPERM, errno.ENOSYS
+probe("ptrace", EPERM, %d, 0, 0, 0, 0)  # PTRACE_TRACEME
+probe("unshare", EPERM, %d, 0x10000000)  # CLONE_NEWUSER
+probe("setns", EPERM, %d, -1, 0)
+probe("mount", EPERM, %d, b"none", b"/nonexistent-medgym", b"tmpfs", 0, None)
+probe("keyctl", EPERM, %d, 0, -3, 0)  # KEYCTL_GET_KEYRING_ID of the session keyring
+probe("bpf", EPERM, %d, 0xffff, None, 0)
+probe("perf_event_open", EPERM, %d, None, 0, -1, -1, 0)
+probe("userfaultfd", EPERM, %d, 1)  # UFFD_USER_MODE_ONLY
+probe("io_uring_setup", EPERM, %d, 1, None)
+probe("clone-newuser", EPERM, %d, 0x10000000 | 17, 0, 0, 0, 0)  # CLONE_NEWUSER|SIGCHLD
+probe("clone3", ENOSYS, %d, None, 0)
+probe("personality", EPERM, %d, 0x0040000)  # ADDR_NO_RANDOMIZE
+r = libc.syscall(%d, ctypes.c_long(0xffffffff))
+print("ALLOWED personality-query" if r >= 0 else "DENIED personality-query", flush=True)
+`, nr("ptrace"), nr("unshare"), nr("setns"), nr("mount"), nr("keyctl"), nr("bpf"), nr("perf_event_open"),
+		nr("userfaultfd"), nr("io_uring_setup"), nr("clone"), nr("clone3"), nr("personality"), nr("personality"))
+	want = []string{"ptrace", "unshare", "setns", "mount", "keyctl", "bpf", "perf_event_open", "userfaultfd",
+		"io_uring_setup", "clone-newuser", "clone3", "personality"}
+	if info.ID == arch.X86_64.ID {
+		// getpid through the i386 ABI (int 0x80, eax=20), in a child in
+		// case the kernel has no i386 ABI and the int faults.
+		b.WriteString(`pid = os.fork()
+if pid == 0:
+    buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    buf.write(b"\xb8\x14\x00\x00\x00\xcd\x80\xc3")  # mov eax, 20; int 0x80; ret
+    f = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(buf)))
+    r = f()
+    print("DENIED ia32" if r == -errno.EPERM else "ALLOWED ia32", r, flush=True)
+    os._exit(0)
+_, st = os.waitpid(pid, 0)
+if os.WIFSIGNALED(st):
+    print("ia32 unavailable", flush=True)
+`)
+		want = append(want, "ia32")
+	}
+	return b.String(), want, nil
 }

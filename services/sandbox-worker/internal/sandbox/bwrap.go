@@ -82,7 +82,8 @@ type bwrapBase struct {
 	asRoot   bool          // worker is root: drop to sandboxUID on the host too
 	seq      atomic.Int64
 	hostUID  int
-	overhead int64 // extra cgroup memory for the interpreter itself
+	overhead int64  // extra cgroup memory for the interpreter itself
+	seccomp  []byte // BPF program bwrap loads before the command; nil: none
 }
 
 // sandboxEnv is the complete environment of agent code.
@@ -165,7 +166,8 @@ type started struct {
 }
 
 // start launches `sh -c prologue sh bwrap ARGS... CMD...` with the given
-// extra files (fd 4 on) and joins it to a new cgroup before releasing it.
+// extra files (fd 5 on) and joins it to a new cgroup before releasing it.
+// When b has a seccomp program, it follows the extra files on a pipe.
 func (b *bwrapBase) start(name string, script string, bargs, command []string, stdout, stderr io.Writer, extra []*os.File, cgExtraMem int64) (*started, error) {
 	syncR, syncW, err := os.Pipe()
 	if err != nil {
@@ -178,14 +180,15 @@ func (b *bwrapBase) start(name string, script string, bargs, command []string, s
 		return nil, fmt.Errorf("sandbox start: %w", err)
 	}
 	defer statW.Close()
-	files := append([]*os.File{syncR, statW}, extra...)
-	full := append([]string{"-c", script, "sh", b.bwrap, "--json-status-fd", "4"}, bargs...)
-	full = append(full, command...)
-	cmd := exec.Command("/bin/sh", full...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin"}
-	cmd.Dir = "/"
+	cmd, filter, err := b.command(script, bargs, command, append([]*os.File{syncR, statW}, extra...))
+	if err != nil {
+		statR.Close()
+		return nil, fmt.Errorf("sandbox start: %w", err)
+	}
+	if filter != nil {
+		defer filter.Close()
+	}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.ExtraFiles = files
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if b.asRoot {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: sandboxUID, Gid: sandboxUID, Groups: []uint32{}}
@@ -220,6 +223,28 @@ func (b *bwrapBase) start(name string, script string, bargs, command []string, s
 		return nil, fmt.Errorf("sandbox start: %w", err)
 	}
 	return &started{cmd: cmd, cg: cg, status: statR}, nil
+}
+
+// command prepares start's `sh -c prologue sh bwrap ARGS... CMD...`;
+// files become fds 3, 4... in order (4 is bwrap's status fd). When b has a
+// seccomp program, a pipe holding it follows them and is passed to
+// bwrap's --seccomp; the caller closes that pipe (filter) once started.
+func (b *bwrapBase) command(script string, bargs, command []string, files []*os.File) (cmd *exec.Cmd, filter *os.File, err error) {
+	args := []string{"-c", script, "sh", b.bwrap, "--json-status-fd", "4"}
+	if b.seccomp != nil {
+		filter, err = seccompFile(b.seccomp)
+		if err != nil {
+			return nil, nil, err
+		}
+		args = append(args, "--seccomp", strconv.Itoa(3+len(files))) // ExtraFiles[i] is fd 3+i
+		files = append(files[:len(files):len(files)], filter)
+	}
+	args = append(append(args, bargs...), command...)
+	cmd = exec.Command("/bin/sh", args...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.Dir = "/"
+	cmd.ExtraFiles = files
+	return cmd, filter, nil
 }
 
 // kill stops the whole sandbox: the process group outside, and through

@@ -85,6 +85,10 @@ type Config struct {
 	Limits   Limits
 	IdleTTL  time.Duration // workspaces unused this long are removed (0: 30 min)
 	Warm     int           // warm fork servers kept ready (0: cold runs)
+	// DisableSeccomp turns off the bwrap backend's seccomp filter (see
+	// seccomp.go and SANDBOX.md), which is on by default. The docker
+	// backend always has Docker's own default profile.
+	DisableSeccomp bool
 	// DockerImage is the image of the docker backend (see
 	// scripts/sandbox-image.sh); default "medgym/sandbox:latest".
 	DockerImage string

@@ -160,6 +160,33 @@ func conformance(t *testing.T, mk constructor) {
 			t.Fatalf("got %+v", res)
 		}
 	})
+	t.Run("threads, processes, sqlite3, numpy", func(t *testing.T) {
+		// What data-science code does that a syscall filter could break:
+		// threads (clone3, then clone), fork, a multiprocessing pool
+		// (semaphores in /dev/shm, helper threads), subprocess
+		// (posix_spawn), sqlite3, numpy and pandas.
+		src := `import concurrent.futures, multiprocessing, sqlite3, subprocess, threading
+import numpy as np, pandas as pd
+got = []
+t = threading.Thread(target=lambda: got.append(sum(range(1000)))); t.start(); t.join()
+with concurrent.futures.ThreadPoolExecutor(4) as ex:
+    got.append(sum(ex.map(lambda x: x * x, range(10))))
+ctx = multiprocessing.get_context("fork")
+with ctx.Pool(2) as pool:
+    got.append(sum(pool.map(abs, range(-5, 5))))
+q = ctx.Queue(); p = ctx.Process(target=q.put, args=(7,)); p.start(); got.append(q.get()); p.join()
+db = sqlite3.connect(":memory:"); db.execute("create table t(x)")
+db.executemany("insert into t values (?)", [(i,) for i in range(5)])
+got.append(db.execute("select sum(x) from t").fetchone()[0])
+got.append(subprocess.run(["echo", "hi"], capture_output=True, text=True, check=True).stdout.strip())
+got.append(int(np.linalg.matrix_rank(np.eye(3))) + int(pd.DataFrame({"a": [1, 2, 3]}).a.sum()))
+print(*got)
+`
+		r := exec1(t, s, code(newEpisode(), src, 60))
+		if r.Status != schemas.StatusOK || strings.TrimSpace(r.Stdout) != "499500 285 25 7 10 hi 9" {
+			t.Fatalf("got %+v", r)
+		}
+	})
 	t.Run("request_info", func(t *testing.T) {
 		ep := newEpisode()
 		info := func(path, typ, key string) schemas.ExecResult {

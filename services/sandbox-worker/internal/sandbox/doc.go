@@ -3,7 +3,9 @@
 //
 // Agent code is treated as hostile. Every run happens inside bubblewrap
 // with new user/pid/net/ipc/uts/mount/cgroup namespaces, as uid 65534, with
-// all capabilities dropped, a read-only minimal root (only /usr and the few
+// all capabilities dropped, a seccomp filter that denies syscalls such code
+// never needs (ptrace, mount, nested namespaces, bpf, keyctl, io_uring...;
+// see seccomp.go), a read-only minimal root (only /usr and the few
 // /etc files Python needs), read-only task data under /data, and the
 // episode's workspace as the only writable directory (WorkDir). Limits are
 // applied twice: rlimits (CPU, data, nproc, fsize, nofile) and, when the v1

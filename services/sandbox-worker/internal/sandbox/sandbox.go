@@ -187,6 +187,15 @@ func (s *Sandbox) newBwrap(ctx context.Context) (runner, error) {
 	}
 	base := &bwrapBase{bwrap: bw, python: s.cfg.Python, meta: filepath.Join(s.cfg.WorkRoot, metaDir),
 		limits: s.cfg.Limits, asRoot: os.Geteuid() == 0, overhead: 64 << 20}
+	if s.cfg.DisableSeccomp {
+		s.log.Warn("sandbox: seccomp filter disabled by config")
+	} else {
+		prog, err := buildSeccomp()
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: %w (Config.DisableSeccomp runs without it)", err)
+		}
+		base.seccomp = prog
+	}
 	cg, err := detectCgroups()
 	if err != nil {
 		s.log.Warn("sandbox: cgroup v1 limits unavailable, falling back to rlimits only", "err", err)
