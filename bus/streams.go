@@ -80,6 +80,13 @@ type ConsumerOptions struct {
 	MaxDeliver int
 	// MaxAckPending bounds unacked messages across all subscribers (default 1000).
 	MaxAckPending int
+	// MaxWaiting bounds the pull requests waiting on the consumer. Every
+	// handler slot (HandlerOptions.Concurrency, summed over processes)
+	// keeps one waiting, so it must exceed that sum: with JetStream's own
+	// default of 512, a worker with 1,000 slots got at most 512 messages
+	// at once. Default 4096. JetStream cannot change it on an existing
+	// consumer, which keeps the value it was created with.
+	MaxWaiting int
 }
 
 func (o ConsumerOptions) withDefaults() ConsumerOptions {
@@ -92,21 +99,34 @@ func (o ConsumerOptions) withDefaults() ConsumerOptions {
 	if o.MaxAckPending == 0 {
 		o.MaxAckPending = 1000
 	}
+	if o.MaxWaiting == 0 {
+		o.MaxWaiting = 4096
+	}
 	return o
 }
 
 // EnsureConsumer creates or updates a durable, explicit-ack pull consumer.
 func EnsureConsumer(ctx context.Context, js jetstream.JetStream, o ConsumerOptions) (jetstream.Consumer, error) {
 	o = o.withDefaults()
-	c, err := js.CreateOrUpdateConsumer(ctx, o.Stream, jetstream.ConsumerConfig{
+	cfg := jetstream.ConsumerConfig{
 		Durable:       o.Durable,
 		FilterSubject: o.Subject.Wildcard(),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       o.AckWait,
 		MaxDeliver:    o.MaxDeliver,
 		MaxAckPending: o.MaxAckPending,
+		MaxWaiting:    o.MaxWaiting,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
+	}
+	c, err := js.CreateOrUpdateConsumer(ctx, o.Stream, cfg)
+	if err != nil {
+		// A consumer created before MaxWaiting was set (or with another
+		// value) keeps its own: update the rest.
+		if old, ierr := js.Consumer(ctx, o.Stream, o.Durable); ierr == nil && old.CachedInfo().Config.MaxWaiting != cfg.MaxWaiting {
+			cfg.MaxWaiting = old.CachedInfo().Config.MaxWaiting
+			c, err = js.CreateOrUpdateConsumer(ctx, o.Stream, cfg)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ensure consumer %s on %s: %w", o.Durable, o.Stream, err)
 	}
