@@ -47,6 +47,22 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 	}
 }
 
+// runRouter runs rt until stop, which fails the test if Run failed.
+func runRouter(t *testing.T, ctx context.Context, rt *bus.Router) (stop func()) {
+	t.Helper()
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- rt.Run(rctx) }()
+	<-rt.Running()
+	return func() {
+		t.Helper()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestPublishDedupesByMsgID(t *testing.T) {
 	conn, ctx := setup(t)
 	for range 3 {
@@ -95,10 +111,7 @@ func TestHandlerAckRetryAndDeadLetter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- rt.Run(rctx) }()
-	<-rt.Running()
+	stop := runRouter(t, ctx, rt)
 	for _, ep := range []string{"good", "flaky", "bad"} {
 		if err := conn.Publish(ctx, schemas.EpisodeScored.For("r1"), ep, score(ep)); err != nil {
 			t.Fatal(err)
@@ -137,9 +150,6 @@ func TestHandlerAckRetryAndDeadLetter(t *testing.T) {
 		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
 	})
 	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 }
 
 func TestMaxDeliveriesBecomeDeadLetters(t *testing.T) {

@@ -42,10 +42,7 @@ func TestConcurrencyAbove512(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- rt.Run(rctx) }()
-	<-rt.Running()
+	stop := runRouter(t, ctx, rt)
 	c, err := conn.JS.Consumer(ctx, schemas.StreamScores, "test-wide")
 	if err != nil {
 		t.Fatal(err)
@@ -74,9 +71,6 @@ func TestConcurrencyAbove512(t *testing.T) {
 		t.Fatalf("at most %d of %d messages were handled at once", got, n)
 	}
 	stop()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestEnsureConsumerKeepsMaxWaiting: JetStream cannot change MaxWaiting on
