@@ -128,6 +128,13 @@ def _child(req, fds, sockfd, report):
         signal.signal(s, signal.SIG_DFL)
     lim = req["limits"]
     _set_limits(lim)
+    # The server runs without PYTHONPATH (the worker unsets it), so nothing
+    # the episode wrote to its workspace is imported before a run; the run
+    # gets it back, with sys.path as a cold run has it.
+    pp = req.get("pythonpath")
+    if pp:
+        os.environ["PYTHONPATH"] = pp
+        sys.path[1:1] = pp.split(":")
     os.chdir(req["cwd"])
     if req["mode"] == "shell":
         # report is close-on-exec: the shell's status comes from wait4.

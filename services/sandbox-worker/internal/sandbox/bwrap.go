@@ -29,6 +29,11 @@ const (
 var (
 	errTimeout = errors.New("wall-clock timeout")
 	errFlood   = errors.New("output limit exceeded")
+	// errSetup: bwrap did not run the command (it could not set up the
+	// sandbox, or exec failed), so the failure is the sandbox's, not the
+	// code's. Only bwrap's status report says so, never text on stderr,
+	// which code can forge.
+	errSetup = errors.New("bwrap could not set up the sandbox")
 )
 
 // mount is a read-only bind of a host path into the sandbox.
@@ -160,9 +165,11 @@ func (b *bwrapBase) nproc() int {
 
 // started is a launched bwrap process waiting in its prologue.
 type started struct {
-	cmd    *exec.Cmd
-	cg     *cgroup
-	status *os.File // read end of bwrap's --json-status-fd
+	cmd *exec.Cmd
+	cg  *cgroup
+	// status delivers what bwrap reported on --json-status-fd, once bwrap
+	// has exited (or been killed).
+	status <-chan bwrapStatus
 }
 
 // start launches `sh -c prologue sh bwrap ARGS... CMD...` with the given
@@ -222,7 +229,12 @@ func (b *bwrapBase) start(name string, script string, bargs, command []string, s
 		cg.destroy()
 		return nil, fmt.Errorf("sandbox start: %w", err)
 	}
-	return &started{cmd: cmd, cg: cg, status: statR}, nil
+	status := make(chan bwrapStatus, 1)
+	go func() {
+		defer statR.Close()
+		status <- readStatus(statR)
+	}()
+	return &started{cmd: cmd, cg: cg, status: status}, nil
 }
 
 // command prepares start's `sh -c prologue sh bwrap ARGS... CMD...`;
@@ -254,22 +266,78 @@ func (s *started) kill() {
 	s.cg.killAll()
 }
 
-// readStatus parses bwrap's JSON status stream: whether the child was
-// started at all, and the child's exit code.
-func readStatus(r io.Reader) (childStarted bool, exit int, haveExit bool) {
+// bwrapStatus is what bwrap reported on --json-status-fd.
+//
+// bwrap writes {"child-pid": N, ...} right after it clones the sandbox's
+// first process, before that process sets the sandbox up (mounts, chdir,
+// seccomp): a sandbox whose setup then fails has a child-pid too. Only
+// once setup is complete and exec succeeded does the child tell bwrap so
+// (bwrap's setup_finished pipe), and only then does bwrap write
+// {"exit-code": N} when the command exits; an exec that failed, a setup
+// that failed, or a bwrap that was killed reports no exit-code.
+// Checked with bwrap 0.8.0 (Debian bookworm). The fd is not passed into
+// the sandbox: neither the command nor bwrap's pid 1 holds it.
+type bwrapStatus struct {
+	childStarted bool // child-pid seen: bwrap cloned the sandbox
+	ran          bool // exit-code seen: the command ran, and exited with exitCode
+	exitCode     int  // as a shell reports it: n, or 128+n for signal n
+}
+
+// readStatus reads bwrap's status stream (JSON documents, one a line) to
+// EOF. Documents and members it does not know are ignored, as bwrap's
+// manual asks; the stream stops at the first one that is not JSON.
+func readStatus(r io.Reader) bwrapStatus {
+	var st bwrapStatus
 	dec := json.NewDecoder(r)
 	for {
-		var m map[string]any
-		if err := dec.Decode(&m); err != nil {
-			return
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			_, _ = io.Copy(io.Discard, r) // never block bwrap on a full pipe
+			return st
 		}
-		if _, ok := m["child-pid"]; ok {
-			childStarted = true
+		var m struct {
+			ChildPID *int64 `json:"child-pid"`
+			ExitCode *int   `json:"exit-code"`
 		}
-		if v, ok := m["exit-code"].(float64); ok {
-			exit, haveExit = int(v), true
+		if json.Unmarshal(raw, &m) != nil {
+			continue
+		}
+		if m.ChildPID != nil {
+			st.childStarted = true
+		}
+		if m.ExitCode != nil {
+			st.ran, st.exitCode = true, *m.ExitCode
 		}
 	}
+}
+
+// setupError is the error for a bwrap run that never ran the command: bwrap
+// exited with werr and stderr holds only its own (and the prologue's)
+// messages, since the command never started.
+func setupError(st bwrapStatus, werr error, stderr string) error {
+	msg := strings.TrimSpace(stderr)
+	if msg == "" {
+		msg = "no message"
+	}
+	stage := "before creating it"
+	if st.childStarted {
+		stage = "after creating it"
+	}
+	if werr != nil {
+		return fmt.Errorf("%w (%s, %v): %s", errSetup, stage, werr, msg)
+	}
+	return fmt.Errorf("%w (%s): %s", errSetup, stage, msg)
+}
+
+// resetWorkspace restores the mode of an episode's workspace before bwrap
+// binds it. Code may chmod its /work; at 000, bwrap (as the sandbox user)
+// could not chdir into it, and the code would have made its own next run
+// fail as a sandbox setup failure.
+func resetWorkspace(path string) error {
+	if err := os.Chmod(path, 0o700); err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	return nil
 }
 
 // coldRunner runs each action in a fresh bwrap + interpreter.
@@ -318,6 +386,9 @@ func (c *coldRunner) run(ctx context.Context, spec runSpec) (runOutput, error) {
 		bargs = append(bargs, "--ro-bind", f.Name(), codeFilePath)
 		command = []string{c.python, "-s", bootPath, "run", codeFilePath}
 	}
+	if err := resetWorkspace(spec.workspace); err != nil {
+		return out, err
+	}
 	ctx, cancel := context.WithTimeoutCause(ctx, spec.timeout, errTimeout)
 	defer cancel()
 	ctx, cancelFlood := context.WithCancelCause(ctx)
@@ -332,12 +403,6 @@ func (c *coldRunner) run(ctx context.Context, spec runSpec) (runOutput, error) {
 		return out, err
 	}
 	defer st.cg.destroy()
-	statusCh := make(chan [3]int, 1)
-	go func() {
-		started, code, have := readStatus(st.status)
-		st.status.Close()
-		statusCh <- [3]int{b2i(started), code, b2i(have)}
-	}()
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- st.cmd.Wait() }()
 	var werr error
@@ -349,7 +414,7 @@ func (c *coldRunner) run(ctx context.Context, spec runSpec) (runOutput, error) {
 	}
 	out.duration = time.Since(begin)
 	st.kill() // nothing may outlive the run
-	status := <-statusCh
+	status := <-st.status
 	switch context.Cause(ctx) {
 	case errTimeout:
 		out.timedOut = true
@@ -373,37 +438,21 @@ func (c *coldRunner) run(ctx context.Context, spec runSpec) (runOutput, error) {
 		out.exitCode, out.signal = -1, syscall.SIGKILL
 		return out, nil
 	}
-	if status[0] == 0 {
-		// bwrap never started the child: the sandbox failed, not the code.
-		msg := strings.TrimSpace(out.stderr)
-		if msg == "" && werr != nil {
-			msg = werr.Error()
+	if !status.ran {
+		if out.oom {
+			// Setup cannot fill the cgroup's memory: the code ran, and
+			// the OOM killer took bwrap with it.
+			out.exitCode, out.signal = -1, syscall.SIGKILL
+			return out, nil
 		}
-		return out, fmt.Errorf("bwrap failed: %s", msg)
+		// bwrap never ran the command, so stderr is bwrap's own.
+		return out, setupError(status, werr, out.stderr)
 	}
-	code := status[1]
-	if status[2] == 0 {
-		var ee *exec.ExitError
-		if errors.As(werr, &ee) {
-			code = ee.ExitCode()
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				code = 128 + int(ws.Signal())
-			}
-		} else if werr != nil {
-			return out, fmt.Errorf("sandbox wait: %w", werr)
-		}
-	}
+	code := status.exitCode
 	if code > 128 && code < 128+65 {
 		out.exitCode, out.signal = -1, syscall.Signal(code-128)
 	} else {
 		out.exitCode = code
 	}
 	return out, nil
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

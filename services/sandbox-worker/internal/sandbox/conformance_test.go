@@ -60,6 +60,20 @@ func conformance(t *testing.T, mk constructor) {
 			t.Fatalf("got %+v", r)
 		}
 	})
+	t.Run("modules in the workspace", func(t *testing.T) {
+		ep := newEpisode()
+		if r := exec1(t, s, code(ep, "open('mymod.py','w').write('X = 41 + 1')", 20)); r.Status != schemas.StatusOK {
+			t.Fatalf("write: %+v", r)
+		}
+		r := exec1(t, s, code(ep, "import os, sys, mymod\nprint(mymod.X, sys.path.index('/work'), os.environ['PYTHONPATH'])", 20))
+		if r.Status != schemas.StatusOK || strings.TrimSpace(r.Stdout) != "42 1 /work" {
+			t.Fatalf("import from /work: %+v", r)
+		}
+		r = exec1(t, s, term(ep, "echo $PYTHONPATH; cd /tmp && python3 -c 'import mymod; print(mymod.X)'", 20))
+		if r.Status != schemas.StatusOK || r.Stdout != "/work\n42\n" {
+			t.Fatalf("import from /work in a shell: %+v", r)
+		}
+	})
 	t.Run("sys.exit code", func(t *testing.T) {
 		r := exec1(t, s, code(newEpisode(), "import sys\nsys.exit(3)", 20))
 		if r.Status != schemas.StatusError || r.ExitCode != 3 {

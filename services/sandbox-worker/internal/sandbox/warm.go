@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -111,11 +112,21 @@ func (p *warmPool) fill() {
 	}
 }
 
+// readyTimeout bounds a warm server's start-up (imports and warm-up).
+const readyTimeout = 2 * time.Minute
+
+// startServer starts a fork server with dir bound at /work (a new slot
+// directory when fresh, else an episode's workspace) and waits until it is
+// ready. Every error is a sandbox failure: no code of the episode runs in
+// a server before it is ready (the server runs without PYTHONPATH, so
+// modules planted in /work are not imported until a run's child).
 func (p *warmPool) startServer(dir string, fresh bool, key resKey) (*server, error) {
 	if fresh {
 		if err := makeWorkspace(dir, p.asRoot); err != nil {
 			return nil, err
 		}
+	} else if err := resetWorkspace(dir); err != nil {
+		return nil, err
 	}
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -134,7 +145,15 @@ func (p *warmPool) startServer(dir string, fresh bool, key resKey) (*server, err
 	script := rlimitScript(0, p.limits.FileSizeBytes, 0, p.nproc(), p.limits.NoFile+16)
 	cmd := []string{p.python, "-s", bootPath, "serve", "5"}
 	name := fmt.Sprintf("warm-%d", p.seq.Add(1))
-	st, err := p.start(name, script, p.args(dir, key.mounts), cmd, os.Stderr, os.Stderr, []*os.File{theirs}, 512<<20)
+	// Without PYTHONPATH (=/work) the interpreter's start-up (sitecustomize)
+	// and the server's imports and warm-up cannot pick up modules the
+	// episode's code wrote to /work; boot.py restores it in each run's child.
+	args := append(p.args(dir, key.mounts), "--unsetenv", "PYTHONPATH")
+	// The server's own output still goes to the worker's stderr; its start
+	// (bwrap's errors, a boot.py traceback) is kept for the error.
+	boot := newCapBuffer(4<<10, 0, nil)
+	output := serverOutput{boot}
+	st, err := p.start(name, script, args, cmd, output, output, []*os.File{theirs}, 512<<20)
 	if err != nil {
 		conn.Close()
 		return nil, err
@@ -148,18 +167,45 @@ func (p *warmPool) startServer(dir string, fresh bool, key resKey) (*server, err
 	if fresh {
 		st.cg.setShares(16)
 	}
-	go func() { _, _, _ = readStatus(st.status); st.status.Close() }()
 	srv := &server{key: key.key, st: st, conn: conn, dir: dir, dead: make(chan struct{})}
-	go func() { _ = st.cmd.Wait(); close(srv.dead) }()
+	var werr error
+	go func() { werr = st.cmd.Wait(); close(srv.dead) }()
 	buf := make([]byte, 4096)
-	_ = conn.SetReadDeadline(time.Now().Add(2 * time.Minute))
+	_ = conn.SetReadDeadline(time.Now().Add(readyTimeout))
 	n, err := conn.Read(buf)
-	if err != nil || n == 0 {
-		srv.stop()
-		return nil, fmt.Errorf("warm server: no ready message: %v", err)
+	if err == nil && n > 0 {
+		st.cg.setShares(1024)
+		return srv, nil
 	}
-	st.cg.setShares(1024)
-	return srv, nil
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		srv.stop()
+		msg, _ := boot.result()
+		return nil, fmt.Errorf("warm server: not ready after %v: %s", readyTimeout, strings.TrimSpace(msg))
+	}
+	// The server closed its end: bwrap is exiting (it holds the socket too)
+	// and reports on its status fd first. Let it finish before the kill.
+	select {
+	case <-srv.dead:
+	case <-time.After(10 * time.Second):
+	}
+	srv.stop()
+	status := <-st.status
+	msg, _ := boot.result()
+	if !status.ran {
+		return nil, fmt.Errorf("warm server: %w", setupError(status, werr, msg))
+	}
+	return nil, fmt.Errorf("warm server: exited with status %d before it was ready (read: %v): %s", status.exitCode, err, strings.TrimSpace(msg))
+}
+
+// serverOutput is a warm server's stdout and stderr: the worker's stderr,
+// as before, plus the first bytes kept for a start-up error.
+type serverOutput struct{ keep *capBuffer }
+
+func (w serverOutput) Write(b []byte) (int, error) {
+	_, _ = w.keep.Write(b)
+	_, _ = os.Stderr.Write(b) // a closed stderr must not stall the server
+	return len(b), nil
 }
 
 func (s *server) stop() {
@@ -259,9 +305,10 @@ func (p *warmPool) serverFor(episode, workspace string, mounts []mount) (*server
 }
 
 type warmReq struct {
-	Mode   string         `json:"mode"`
-	Cwd    string         `json:"cwd"`
-	Limits map[string]any `json:"limits"`
+	Mode       string         `json:"mode"`
+	Cwd        string         `json:"cwd"`
+	PythonPath string         `json:"pythonpath"` // restored in the child: the server runs without it
+	Limits     map[string]any `json:"limits"`
 }
 
 type warmResp struct {
@@ -278,6 +325,9 @@ func (p *warmPool) run(ctx context.Context, spec runSpec) (runOutput, error) {
 	}
 	srv.runMu.Lock()
 	defer srv.runMu.Unlock()
+	if err := resetWorkspace(spec.workspace); err != nil {
+		return out, err
+	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return out, fmt.Errorf("warm run: %w", err)
@@ -300,7 +350,7 @@ func (p *warmPool) run(ctx context.Context, spec runSpec) (runOutput, error) {
 	if spec.shell {
 		mode = "shell"
 	}
-	req, _ := json.Marshal(warmReq{Mode: mode, Cwd: WorkDir, Limits: map[string]any{
+	req, _ := json.Marshal(warmReq{Mode: mode, Cwd: WorkDir, PythonPath: WorkDir, Limits: map[string]any{
 		"cpu": p.limits.CPUSeconds, "fsize": p.limits.FileSizeBytes, "nofile": p.limits.NoFile,
 		"nproc": p.nproc(), "data": p.limits.MemoryBytes}})
 	oomBefore := srv.st.cg != nil && srv.st.cg.oomKilled()
