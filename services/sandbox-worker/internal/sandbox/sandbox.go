@@ -84,6 +84,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Sandbox, error) {
 	if err := s.prepareWorkRoot(); err != nil {
 		return nil, err
 	}
+	if err := closeInheritedOnExec(); err != nil {
+		return nil, err
+	}
 	var err error
 	switch cfg.Backend {
 	case BackendBwrap:
