@@ -76,7 +76,7 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&f.Split, "split", "", "only this split")
 	fs.Var((*listFlag)(&f.Models), "model", "only these models (repeatable)")
 	fs.Var((*listFlag)(&f.VerifierVersions), "verifier-version", "only these verifier versions (repeatable)")
-	fs.BoolVar(&f.IncludeInfra, "include-infra", false, "keep infra_failure episodes (excluded by default)")
+	fs.BoolVar(&f.IncludeInfra, "include-infra", false, "keep infra_failure and sandbox_error episodes (excluded by default)")
 	fs.StringVar(&o.ObsRole, "obs-role", "tool", "role of observation turns: tool or user")
 	fs.IntVar(&o.MaxCrossPairs, "max-cross-pairs", 4, "cross-episode DPO pairs per task")
 	fs.BoolVar(&o.NoCrossPairs, "no-cross-pairs", false, "only upstream's within-episode DPO pairs")

@@ -166,7 +166,7 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 	rep.Episodes = len(scores)
 	var ok, scored int
 	for _, sc := range scores {
-		if sc.Outcome == schemas.OutcomeInfraFailure {
+		if train.Infra(string(sc.Outcome)) {
 			continue
 		}
 		scored++
@@ -316,7 +316,7 @@ func (l *Loop) readRows(ctx context.Context, it, scored int) ([]parquet.Row, err
 	}
 	out := rows[:0]
 	for _, r := range rows {
-		if r.Outcome != string(schemas.OutcomeInfraFailure) {
+		if !train.Infra(r.Outcome) {
 			out = append(out, r)
 		}
 	}

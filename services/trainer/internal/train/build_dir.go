@@ -30,15 +30,24 @@ type Filter struct {
 	Split            string   `json:"split,omitempty"`
 	Models           []string `json:"models,omitempty"`
 	VerifierVersions []string `json:"verifier_versions,omitempty"`
-	// IncludeInfra keeps infra_failure episodes (never the model's fault;
-	// excluded by default).
+	// IncludeInfra keeps the episodes Infra reports (never the model's
+	// fault; excluded by default).
 	IncludeInfra bool `json:"include_infra"`
+}
+
+// Infra reports an outcome that says nothing about the policy: the
+// pipeline failed (infra_failure) or the sandbox did (sandbox_error, which
+// the agent's code cannot forge: the sandbox decides it from bwrap's
+// status, never from the code's output). A zero reward on such an episode
+// would push down whatever the policy did, so training leaves them out.
+func Infra(outcome string) bool {
+	return outcome == string(schemas.OutcomeInfraFailure) || outcome == string(schemas.OutcomeSandboxError)
 }
 
 func (f Filter) keep(r *parquet.Row) bool {
 	in := func(list []string, v string) bool { return len(list) == 0 || slices.Contains(list, v) }
 	return in(f.Datasets, r.Dataset) && (f.Split == "" || f.Split == r.Split) && in(f.Models, r.Model) &&
-		in(f.VerifierVersions, r.VerifierVersion) && (f.IncludeInfra || r.Outcome != string(schemas.OutcomeInfraFailure))
+		in(f.VerifierVersions, r.VerifierVersion) && (f.IncludeInfra || !Infra(r.Outcome))
 }
 
 // LoadStats counts what Load read and kept.
@@ -69,7 +78,7 @@ func Load(ctx context.Context, src Source, f Filter) ([]parquet.Row, []string, L
 		n := len(rows)
 		for i := range rs {
 			st.RowsRead++
-			if !f.IncludeInfra && rs[i].Outcome == string(schemas.OutcomeInfraFailure) {
+			if !f.IncludeInfra && Infra(rs[i].Outcome) {
 				st.InfraExcluded++
 			}
 			if f.keep(&rs[i]) {
@@ -273,7 +282,7 @@ func DataCard(eps []*Episode, m Manifest) string {
 		a.tasks[e.TaskKey()] = true
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "# medgym training data\n\nSource: %s, runs %s. Trajectory schema %s. Infra failures %s.\n\n",
+	fmt.Fprintf(&b, "# medgym training data\n\nSource: %s, runs %s. Trajectory schema %s. Infra and sandbox failures %s.\n\n",
 		m.Store, strings.Join(m.SourceRuns, ", "), m.SchemaVersion,
 		map[bool]string{true: "included", false: fmt.Sprintf("excluded (%d)", m.Load.InfraExcluded)}[m.Filters.IncludeInfra])
 	b.WriteString("| dataset | tasks | episodes | success | mean turns | mean tokens |\n|---|---|---|---|---|---|\n")
