@@ -78,4 +78,4 @@ sandbox-image:
 
 clean:
 	rm -rf $(BIN)
-bench: ; go test -run '^$$' -bench . -benchtime 1x -timeout 30m github.com/medgym/medgym/cmd/medgym
+bench: ; go run ./bench

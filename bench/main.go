@@ -1,0 +1,201 @@
+// Command bench runs medgym's Go benchmarks one after another in one
+// invocation and prints, per suite, the ratios between figures measured
+// side by side in the same run. Absolute numbers depend on the machine;
+// the ratios are what to compare across machines.
+//
+//	go run ./bench                    # every suite
+//	go run ./bench -suite store,sandbox -v
+//
+// Each suite is `go test -run '^$' -bench ...` in one package; the harness
+// reads the metrics the benchmarks report (b.ReportMetric) from their
+// output. MEDGYM_DOCKER=1 adds the Docker backend to the sandbox suite;
+// the scaling and concurrency suites need the nats-server that `make
+// setup-test` installs and skip without it.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// A ratio divides metric Unit of benchmark Num by that of Den.
+type ratio struct {
+	What     string
+	Num, Den string // benchmark names without the -GOMAXPROCS suffix
+	Unit     string
+}
+
+// A suite is one `go test -bench` run and the ratios read from it.
+type suite struct {
+	Name, Pkg, Bench, Benchtime string
+	Ratios                      []ratio
+	// Show lists single figures worth printing as they are.
+	Show []ratio
+}
+
+var suites = []suite{
+	{Name: "store", Pkg: "./store", Bench: "BenchmarkWrite", Benchtime: "3x", Ratios: []ratio{
+		{"episodes stored per second, 256 per Write (the verifier's Batcher) / one per Write", "BenchmarkWrite/batch-256", "BenchmarkWrite/batch-1", "rows/s"},
+		{"bytes on disk per episode, one per Write / 256 per Write", "BenchmarkWrite/batch-1", "BenchmarkWrite/batch-256", "disk-B/row"},
+	}},
+	{Name: "sandbox", Pkg: "./services/sandbox-worker/internal/sandbox", Bench: "BenchmarkPandasGroupby", Benchtime: "1x", Ratios: []ratio{
+		{"pandas action p50, cold bwrap / warm pool", "BenchmarkPandasGroupby/cold", "BenchmarkPandasGroupby/warm", "p50-ms"},
+		{"pandas action p50, docker / warm pool", "BenchmarkPandasGroupby/docker", "BenchmarkPandasGroupby/warm", "p50-ms"},
+		{"pandas action p50, docker / cold bwrap", "BenchmarkPandasGroupby/docker", "BenchmarkPandasGroupby/cold", "p50-ms"},
+	}},
+	{Name: "pipeline", Pkg: "./cmd/medgym", Bench: "BenchmarkPipelineOverhead", Benchtime: "1x", Show: []ratio{
+		{What: "pipeline overhead per turn, p50 (ms)", Num: "BenchmarkPipelineOverhead", Unit: "overhead-p50-ms"},
+		{What: "pipeline overhead per turn, p95 (ms)", Num: "BenchmarkPipelineOverhead", Unit: "overhead-p95-ms"},
+	}},
+	{Name: "scaling", Pkg: "./cmd/medgym", Bench: "BenchmarkSandboxScaling", Benchtime: "1x", Ratios: []ratio{
+		{"episodes/s, 2 sandbox-worker processes / 1", "BenchmarkSandboxScaling", "BenchmarkSandboxScaling", "episodes/s-2w|episodes/s-1w"},
+		{"episodes/s, 4 sandbox-worker processes / 1", "BenchmarkSandboxScaling", "BenchmarkSandboxScaling", "episodes/s-4w|episodes/s-1w"},
+	}},
+	{Name: "concurrency", Pkg: "./cmd/medgym", Bench: "BenchmarkConcurrentEpisodes", Benchtime: "1x", Show: []ratio{
+		{What: "model requests in flight at once, of 1,000 episodes", Num: "BenchmarkConcurrentEpisodes", Unit: "peak-model-requests"},
+		{What: "llm-worker peak RSS (MiB) with 1,000 episodes in flight", Num: "BenchmarkConcurrentEpisodes", Unit: "peak-MiB-llm-worker"},
+	}},
+}
+
+func main() {
+	only := flag.String("suite", "", "comma-separated suites to run (default all: store, sandbox, pipeline, scaling, concurrency)")
+	verbose := flag.Bool("v", false, "also print each suite's go test output")
+	flag.Parse()
+	root, err := repoRoot()
+	if err != nil {
+		fatal(err)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	failed := false
+	for _, s := range suites {
+		if *only != "" && !slices.Contains(strings.Split(*only, ","), s.Name) {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "bench: %s: go test -bench %s %s\n", s.Name, s.Bench, s.Pkg)
+		out, err := run(root, s)
+		if *verbose || err != nil {
+			os.Stderr.Write(out)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", s.Name, err)
+			failed = true
+			continue
+		}
+		res := parse(bytes.NewReader(out))
+		for _, line := range report(s, res) {
+			fmt.Fprintln(tw, line)
+		}
+		tw.Flush()
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+func run(root string, s suite) ([]byte, error) {
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", "^"+s.Bench+"$", "-benchtime", s.Benchtime, "-timeout", "30m", s.Pkg)
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("go test: %w", err)
+	}
+	return out, nil
+}
+
+// results maps a benchmark name (without the -GOMAXPROCS suffix) to its
+// metrics by unit.
+type results map[string]map[string]float64
+
+// parse reads `go test -bench` output: "BenchmarkX/sub-2  N  v unit  v unit...".
+func parse(r io.Reader) results {
+	res := results{}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+			continue
+		}
+		if _, err := strconv.Atoi(f[1]); err != nil {
+			continue
+		}
+		name := f[0]
+		if i := strings.LastIndexByte(name, '-'); i > 0 {
+			if _, err := strconv.Atoi(name[i+1:]); err == nil {
+				name = name[:i]
+			}
+		}
+		m := res[name]
+		if m == nil {
+			m = map[string]float64{}
+			res[name] = m
+		}
+		for i := 2; i+1 < len(f); i += 2 {
+			if v, err := strconv.ParseFloat(f[i], 64); err == nil {
+				m[f[i+1]] = v
+			}
+		}
+	}
+	return res
+}
+
+// report renders a suite's lines: "suite \t what \t ratio \t from".
+// A ratio's Unit "a|b" divides unit a of Num by unit b of Den.
+func report(s suite, res results) []string {
+	var lines []string
+	for _, r := range s.Ratios {
+		nu, du := r.Unit, r.Unit
+		if a, b, ok := strings.Cut(r.Unit, "|"); ok {
+			nu, du = a, b
+		}
+		n, okn := res[r.Num][nu]
+		d, okd := res[r.Den][du]
+		switch {
+		case !okn || !okd:
+			lines = append(lines, fmt.Sprintf("%s\t%s\t-\t(not measured)\t", s.Name, r.What))
+		case d == 0:
+			lines = append(lines, fmt.Sprintf("%s\t%s\t-\t%.4g / 0\t", s.Name, r.What, n))
+		default:
+			lines = append(lines, fmt.Sprintf("%s\t%s\t%.2fx\t%.4g / %.4g %s\t", s.Name, r.What, n/d, n, d, nu))
+		}
+	}
+	for _, r := range s.Show {
+		if v, ok := res[r.Num][r.Unit]; ok {
+			lines = append(lines, fmt.Sprintf("%s\t%s\t%.4g\t\t", s.Name, r.What, v))
+		} else {
+			lines = append(lines, fmt.Sprintf("%s\t%s\t-\t(not measured)\t", s.Name, r.What))
+		}
+	}
+	return lines
+}
+
+// repoRoot is the directory holding go.work, above the working directory.
+func repoRoot() (string, error) {
+	d, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for ; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", errors.New("bench: no go.work above the working directory")
+		}
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, err)
+	os.Exit(1)
+}

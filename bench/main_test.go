@@ -1,0 +1,41 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+const sample = `goos: linux
+BenchmarkPandasGroupby/warm-2         	       1	   8207052 ns/op	         8.194 p50-ms	         8.194 p95-ms
+BenchmarkPandasGroupby/cold-2         	       1	 292364414 ns/op	       292.4 p50-ms	       292.4 p95-ms
+warm         p50      8.2 ms   p95      8.2 ms
+BenchmarkSandboxScaling-2   	1	9000 ns/op	3.07 episodes/s-1w	5.95 episodes/s-2w
+PASS
+`
+
+func TestParseAndReport(t *testing.T) {
+	res := parse(strings.NewReader(sample))
+	if got := res["BenchmarkPandasGroupby/cold"]["p50-ms"]; got != 292.4 {
+		t.Fatalf("cold p50 = %v", got)
+	}
+	if len(res) != 3 {
+		t.Fatalf("parsed %d benchmarks: %v", len(res), res)
+	}
+	var sandbox, scaling suite
+	for _, s := range suites {
+		switch s.Name {
+		case "sandbox":
+			sandbox = s
+		case "scaling":
+			scaling = s
+		}
+	}
+	lines := report(sandbox, res)
+	if !strings.Contains(lines[0], "35.68x") || !strings.Contains(lines[1], "not measured") {
+		t.Fatalf("sandbox lines %q", lines)
+	}
+	lines = report(scaling, res)
+	if !strings.Contains(lines[0], "1.94x") || !strings.Contains(lines[1], "not measured") {
+		t.Fatalf("scaling lines %q", lines)
+	}
+}
