@@ -85,7 +85,7 @@ def check_mask(model_dir):
                               {"role": "assistant", "content": '{"action": "answer", "params": {"answer": "22.9"}}'}]
     mask = [1 if m["role"] == "assistant" else 0 for m in msgs]
     ids, lm = be.encode(msgs, mask)
-    whole = list(be.tok.apply_chat_template(msgs, tokenize=True, return_dict=False))
+    whole = train_step.template_ids(be.tok, msgs)
     check(ids == whole, "message spans do not concatenate to the whole conversation's template")
     trained = be.tok.decode([t for t, k in zip(ids, lm) if k])
     rest = be.tok.decode([t for t, k in zip(ids, lm) if not k])

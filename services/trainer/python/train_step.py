@@ -143,8 +143,7 @@ class HFBackend:
         template; a message's span carries loss when its mask is 1."""
         ids, lm, prev = [], [], []
         for i, k in enumerate(mask):
-            cur = list(self.tok.apply_chat_template(messages[: i + 1], tokenize=True, return_dict=False,
-                                                    add_generation_prompt=False))
+            cur = template_ids(self.tok, messages[: i + 1])
             if cur[: len(prev)] != prev:  # template rewrote the prefix: fall back to the tail
                 cur = prev + cur[len(prev):]
             span = cur[len(prev):]
@@ -163,6 +162,15 @@ class HFBackend:
     def save(self, out):
         self.model.save_pretrained(out)
         self.tok.save_pretrained(out)
+
+
+def template_ids(tok, messages):
+    """Token ids of the chat template over messages. transformers 5 returns
+    a BatchEncoding unless return_dict=False; accept either."""
+    out = tok.apply_chat_template(messages, tokenize=True, return_dict=False, add_generation_prompt=False)
+    if hasattr(out, "keys"):
+        out = out["input_ids"]
+    return list(out)
 
 
 def truncate(ids, lm, max_len):
