@@ -39,6 +39,7 @@ type serviceFlags struct {
 	debuggerModel       string
 	debuggerKeyEnv      string
 	memoryMB            int
+	diskMB              int
 	logLevel            string
 	metricsAddr         string
 }
@@ -64,6 +65,7 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.debuggerModel, "debugger-model", "", "model answering the debug action (default: the episode's model)")
 	fs.StringVar(&f.debuggerKeyEnv, "debugger-api-key-env", "", "environment variable holding the debugger's API key (default: the episode's)")
 	fs.IntVar(&f.memoryMB, "sandbox-memory-mb", 2048, "memory limit of one sandboxed run")
+	fs.IntVar(&f.diskMB, "sandbox-disk-mb", 1024, "workspace disk quota of one episode (-1: none)")
 	fs.StringVar(&f.logLevel, "log", "warn", "log level: debug, info, warn, error")
 	fs.StringVar(&f.metricsAddr, "metrics", "", "serve Prometheus /metrics and /healthz of the in-process services on this address")
 }
@@ -108,7 +110,10 @@ func startServices(ctx context.Context, conn *bus.Conn, f *serviceFlags, llmURL 
 		if err := os.MkdirAll(f.library, 0o755); err != nil {
 			return fmt.Errorf("task library dir: %w", err)
 		}
-		lim := sandboxworker.Limits{MemoryBytes: int64(f.memoryMB) << 20}
+		lim := sandboxworker.Limits{MemoryBytes: int64(f.memoryMB) << 20, DiskBytes: int64(f.diskMB) << 20}
+		if f.diskMB < 0 {
+			lim.DiskBytes = -1
+		}
 		return sandboxworker.Run(ctx, conn, sandboxworker.Config{Metrics: metrics,
 			Sandbox:     sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: f.library, Warm: f.warm, Limits: lim},
 			Concurrency: f.sandboxConcurrency, Worker: host + "/sandbox-worker",

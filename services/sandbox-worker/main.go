@@ -39,6 +39,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	seccomp := fs.Bool("seccomp", true, "seccomp syscall filter in the bwrap sandbox (--seccomp=false turns it off)")
 	conc := fs.Int("concurrency", 2, "actions at once")
 	memMB := fs.Int("memory-mb", 2048, "memory limit of one run")
+	diskMB := fs.Int64("disk-mb", 1024, "workspace disk quota of one episode; a run that grows it past this is killed (-1: none)")
 	name := fs.String("name", host+"/sandbox-worker", "worker name recorded in observations")
 	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", ":9103"), "address of /metrics and /healthz (empty: off)")
 	ackWait := fs.Duration("ack-wait", 60*time.Second, "how long a message may go unacked (in-progress acks keep long work alive) before another process gets it")
@@ -55,7 +56,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	return service.Run(ctx, conn, service.Config{Metrics: metrics, AckWait: *ackWait,
 		Sandbox: service.SandboxConfig{Backend: *backend, DockerImage: *image, DataRoot: *data, WorkRoot: *workRoot, Warm: *warm,
 			DisableSeccomp: !*seccomp,
-			Limits:         service.Limits{MemoryBytes: int64(*memMB) << 20}},
+			Limits:         service.Limits{MemoryBytes: int64(*memMB) << 20, DiskBytes: diskBytes(*diskMB)}},
 		Concurrency: *conc, Worker: *name,
 	}, log)
 }
@@ -65,4 +66,12 @@ func envOr(getenv func(string) string, k, def string) string {
 		return v
 	}
 	return def
+}
+
+// diskBytes converts --disk-mb; a negative value turns the quota off.
+func diskBytes(mb int64) int64 {
+	if mb < 0 {
+		return -1
+	}
+	return mb << 20
 }

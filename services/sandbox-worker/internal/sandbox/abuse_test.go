@@ -65,6 +65,29 @@ func abuse(t *testing.T, mk constructor) {
 		}
 	}
 
+	t.Run("disk fill", func(t *testing.T) {
+		ep := newEpisode()
+		src := `import os
+i = 0
+while True:
+    with open(f"/work/fill{i}", "wb") as f:
+        f.write(os.urandom(4 << 20))
+    i += 1
+`
+		r := exec1(t, s, code(ep, src, 60))
+		if r.Status != schemas.StatusKilled || !strings.Contains(r.Message, "disk quota of 64 MiB") {
+			t.Fatalf("filling the workspace: %s %q", r.Status, r.Message)
+		}
+		if used, err := diskUsage(s.workspacePath(ep)); err != nil || used > (64+128)<<20 {
+			t.Fatalf("workspace holds %d MiB after the kill (quota 64 MiB): %v", used>>20, err)
+		}
+		// Over the quota, the code may still delete files and go on.
+		r = exec1(t, s, code(ep, "import glob, os\nfor f in glob.glob('/work/fill*'): os.remove(f)\nopen('/work/small', 'w').write('ok')\nprint('clean')", 20))
+		if r.Status != schemas.StatusOK || strings.TrimSpace(r.Stdout) != "clean" {
+			t.Fatalf("cleaning up after the quota: %+v", r)
+		}
+		healthy(t)
+	})
 	t.Run("network egress", func(t *testing.T) {
 		ln, err := net.Listen("tcp", "0.0.0.0:0")
 		if err != nil {

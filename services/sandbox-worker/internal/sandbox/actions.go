@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -102,7 +103,16 @@ func (s *Sandbox) action(ctx context.Context, req schemas.ActionRequest, a schem
 		return sandboxError(err)
 	}
 	spec.mounts = m
-	out, err := s.run.run(ctx, spec)
+	rctx, stop := watchDisk(ctx, spec.workspace, s.cfg.Limits.DiskBytes)
+	out, err := s.run.run(rctx, spec)
+	stop()
+	if errors.Is(err, errDiskQuota) && ctx.Err() == nil {
+		used, _ := diskUsage(spec.workspace)
+		return schemas.ExecResult{Status: schemas.StatusKilled, ExitCode: -1, Signal: "SIGKILL",
+			DurationMS: out.duration.Milliseconds(),
+			Message: fmt.Sprintf("Process killed: the workspace grew past its disk quota of %d MiB (%d MiB used). Delete files to go on.",
+				s.cfg.Limits.DiskBytes>>20, used>>20)}
+	}
 	if err != nil {
 		s.log.Error("sandbox: run failed", "episode", spec.episode, "action", a.Name, "err", err)
 		return sandboxError(err)

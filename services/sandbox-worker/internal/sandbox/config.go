@@ -25,6 +25,7 @@ type Limits struct {
 	CPUSeconds    int           // CPU time (rlimit); exceeding it is reported as a timeout
 	CPUs          float64       // CPU quota (cgroup cfs quota), e.g. 1.0
 	FileSizeBytes int64         // largest file a run may write (rlimit fsize)
+	DiskBytes     int64         // workspace size; a run that grows it past this is killed
 	OutputBytes   int           // cap for stdout and for stderr, each
 	NoFile        int           // open files (rlimit nofile)
 	WallTimeout   time.Duration // used when ActionRequest.TimeoutSec is 0
@@ -38,6 +39,7 @@ func DefaultLimits() Limits {
 		CPUSeconds:    300,
 		CPUs:          1,
 		FileSizeBytes: 256 << 20,
+		DiskBytes:     1 << 30,
 		OutputBytes:   256 << 10,
 		NoFile:        256,
 		WallTimeout:   120 * time.Second,
@@ -63,6 +65,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.OutputBytes <= 0 {
 		l.OutputBytes = d.OutputBytes
+	}
+	if l.DiskBytes == 0 {
+		l.DiskBytes = d.DiskBytes
 	}
 	if l.NoFile <= 0 {
 		l.NoFile = d.NoFile

@@ -78,6 +78,7 @@ func testLimits() Limits {
 	l.CPUSeconds = 20
 	l.FileSizeBytes = 16 << 20
 	l.OutputBytes = 64 << 10
+	l.DiskBytes = 64 << 20
 	l.WallTimeout = 30 * time.Second
 	return l
 }
