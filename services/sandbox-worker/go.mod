@@ -11,6 +11,7 @@ require (
 	github.com/moby/moby/client v0.6.3
 	github.com/nats-io/nats.go v1.55.0
 	golang.org/x/net v0.60.0
+	golang.org/x/sys v0.50.0
 )
 
 require (
@@ -49,7 +50,6 @@ require (
 	go.opentelemetry.io/otel/metric v1.35.0 // indirect
 	go.opentelemetry.io/otel/trace v1.35.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 

@@ -312,6 +312,43 @@ for p in ["s1", "s2/root", "s3/host-secret.txt"]:
 		}
 		healthy(t)
 	})
+	t.Run("fork server out of reach", func(t *testing.T) {
+		if s.cfg.Backend == BackendBwrap && s.cfg.Warm == 0 {
+			t.Skip("cold runs have no fork server")
+		}
+		// The run's parent is the fork server every later run of the
+		// episode forks from; for docker, pid 1 outlives every run too.
+		// Code must not be able to write their memory or trace them.
+		src := `import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+for name, pid in (("server", os.getppid()), ("init", 1)):
+    try:
+        os.close(os.open("/proc/%d/mem" % pid, os.O_RDWR)); print(name, "mem OPENED")
+    except OSError as e:
+        print(name, "mem denied", e.errno)
+    r = libc.ptrace(0x4206, pid, 0, 0)  # PTRACE_SEIZE: does not stop it
+    print(name, "ptrace", "ATTACHED" if r == 0 else "denied")
+print("own", len(os.listdir("/proc/self/fd")) > 0, open("/proc/self/status").read().startswith("Name:"))
+`
+		ep := newEpisode()
+		r := exec1(t, s, code(ep, src, 20))
+		if r.Status != schemas.StatusOK || !strings.Contains(r.Stdout, "own True True") {
+			t.Fatalf("probe: %+v", r)
+		}
+		bad := []string{"server mem OPENED", "server ptrace ATTACHED"}
+		if s.cfg.Backend == BackendDocker {
+			// bwrap's own pid 1 is not ours (SANDBOX.md).
+			bad = append(bad, "init mem OPENED", "init ptrace ATTACHED")
+		}
+		for _, b := range bad {
+			if strings.Contains(r.Stdout, b) {
+				t.Fatalf("%s:\n%s", b, r.Stdout)
+			}
+		}
+		if r := exec1(t, s, code(ep, "print('next turn')", 20)); strings.TrimSpace(r.Stdout) != "next turn" {
+			t.Fatalf("next turn: %+v", r)
+		}
+	})
 	t.Run("background processes die with the run", func(t *testing.T) {
 		marker := fmt.Sprintf("sleep 31%d", os.Getpid()%1000)
 		r := exec1(t, s, term(newEpisode(), "("+marker+" &) ; nohup "+marker+" >/dev/null 2>&1 & echo started", 20))

@@ -19,10 +19,11 @@ print(df.groupby("g")["v"].sum().to_dict())
 // BenchmarkPandasGroupby measures one code action that imports pandas and
 // does a small groupby, per backend, and prints p50/p95 and the cold/warm
 // ratio. Each episode is new (the realistic first-turn case for cold; for
-// warm it adopts a ready server; for docker it creates the container), so
-// -benchtime=20x gives 20 samples. Each episode then gets an untimed pause
-// (an agent's think time) and a second turn, reported as "<name>/turn2"
-// (for docker: one exec into the running container).
+// warm it adopts a ready server; for docker it creates the container and
+// waits for its fork server's imports), so -benchtime=20x gives 20 samples.
+// Each episode then gets an untimed pause (an agent's think time) and a
+// second turn, reported as "<name>/turn2" (for docker: a child forked by
+// the running container's server).
 func BenchmarkPandasGroupby(b *testing.B) {
 	type stat struct{ p50, p95 time.Duration }
 	results := map[string]stat{}
@@ -81,7 +82,7 @@ func BenchmarkPandasGroupby(b *testing.B) {
 		fmt.Printf("cold/warm p50 ratio: %.1fx\n", float64(c.p50)/float64(w.p50))
 	}
 	if w, d := results["warm"], results["docker/turn2"]; w.p50 > 0 && d.p50 > 0 {
-		fmt.Printf("docker exec/warm p50 ratio: %.1fx\n", float64(d.p50)/float64(w.p50))
+		fmt.Printf("docker turn2/warm p50 ratio: %.1fx\n", float64(d.p50)/float64(w.p50))
 	}
 }
 

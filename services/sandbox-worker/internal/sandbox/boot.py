@@ -1,14 +1,14 @@
 # medgym sandbox bootstrap. Runs inside the sandbox only.
 #   boot.py run CODEFILE   run one program (cold backend)
 #   boot.py serve FD       fork server on socket FD (warm backend)
-#   boot.py exec MODE CPU FSIZE NOFILE DATA
-#                          docker backend: read the program from stdin, run it
-#                          (MODE python|shell) in a child with those rlimits,
-#                          kill everything else of the sandbox user, exit with
-#                          the child's status (128+signal when signalled)
-#   boot.py init           docker backend: the container's pid 1, reaps orphans
-#                          (as init of the pid namespace it is immune to the
-#                          kill(-1) that ends every run)
+#   boot.py listen PATH    docker backend: the container's pid 1. Forks the
+#                          fork server, which listens on the unix socket
+#                          PATH, accepts exactly one connection (the
+#                          worker's), removes PATH and serves on it as
+#                          `serve` does; pid 1 reaps orphans (as init of the
+#                          pid namespace it is immune to the code's signals
+#                          and to the kill(-1) that ends every run) and
+#                          exits when the server does
 import os
 import sys
 
@@ -103,11 +103,25 @@ def _killall_others():
         time.sleep(0.001)
 
 
+def _set_dumpable(on):
+    # The fork server and the docker backend's pid 1 are not dumpable: code
+    # of a run, under the same uid, can then neither ptrace them nor open
+    # their /proc/PID/mem (Docker's seccomp profile allows ptrace), so every
+    # run forks from the same pristine server. Each run's child is made
+    # dumpable again, so its own /proc/self stays usable.
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(4, 1 if on else 0, 0, 0, 0)  # PR_SET_DUMPABLE
+    except Exception:
+        pass
+
+
 def _child(req, fds, sockfd, report):
     global _REPORT_FD
     import signal
     out, err, codefd = fds
     os.setsid()
+    _set_dumpable(True)
     src = b""
     while True:
         b = os.read(codefd, 1 << 16)
@@ -235,6 +249,7 @@ def serve(sockfd):
     import json
     import select
     import socket
+    _set_dumpable(False)
     for m in ("numpy", "pandas", "scipy", "scipy.stats", "sklearn", "sklearn.linear_model",
               "sklearn.model_selection", "sklearn.metrics", "statsmodels.api", "json", "csv",
               "re", "math", "datetime", "collections", "sqlite3", "resource", "signal", "traceback"):
@@ -321,55 +336,56 @@ def _set_limits(lim):
     resource.setrlimit(resource.RLIMIT_DATA, (base + lim["data"], base + lim["data"]))
 
 
-def exec_main(argv):
+def listen_main(path):
     import signal
-    mode = argv[0]
-    lim = {"cpu": int(argv[1]), "fsize": int(argv[2]), "nofile": int(argv[3]), "data": int(argv[4])}
-    src = sys.stdin.buffer.read()
+    _set_dumpable(False)
     pid = os.fork()
     if pid == 0:
         try:
-            os.setsid()
-            null = os.open("/dev/null", os.O_RDONLY)
-            os.dup2(null, 0)
-            os.close(null)
-            for s in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
-                signal.signal(s, signal.SIG_DFL)
-            _set_limits(lim)
-            if mode == "shell":
-                os.execve("/bin/sh", ["sh", "-c", src.decode("utf-8", "replace")], dict(os.environ))
-            text = src.decode("utf-8", "replace")
-            with open(CODE_PATH, "w") as f:
-                f.write(text)
-            run_code(CODE_PATH, text)
+            import socket
+            tmp = path + ".new"
+            for p in (path, tmp):
+                try:
+                    os.unlink(p)
+                except FileNotFoundError:
+                    pass
+            ln = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            ln.bind(tmp)
+            # The directory keeps everyone but the worker out.
+            os.chmod(tmp, 0o666)
+            ln.listen(1)
+            # PATH appears only once it accepts: the worker dials when it does.
+            os.rename(tmp, path)
+            conn, _ = ln.accept()
+            ln.close()
+            os.unlink(path)
+            serve(conn.detach())
+        except BaseException:
+            import traceback
+            traceback.print_exc()  # the container's log: the worker reports its tail
         finally:
-            os._exit(127 if mode == "shell" else 120)
-    _, status = os.waitpid(pid, 0)
-    _killall_others()
-    if os.WIFSIGNALED(status):
-        os._exit(128 + os.WTERMSIG(status))
-    os._exit(os.WEXITSTATUS(status))
-
-
-def init_main():
-    import signal
+            os._exit(1)
+    # Blocked only here: the server, and so every run, keeps the default mask.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
     while True:
         try:
-            while os.waitpid(-1, os.WNOHANG)[0] > 0:
-                pass
+            while True:
+                p, _ = os.waitpid(-1, os.WNOHANG)
+                if p == 0:
+                    break
+                if p == pid:
+                    # No server, no container: the worker starts it again.
+                    os._exit(1)
         except ChildProcessError:
-            pass
+            os._exit(1)
         signal.sigtimedwait({signal.SIGCHLD}, 60)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve(int(sys.argv[2]))
-    elif sys.argv[1] == "init":
-        init_main()
-    elif sys.argv[1] == "exec":
-        exec_main(sys.argv[2:])
+    elif sys.argv[1] == "listen":
+        listen_main(sys.argv[2])
     else:
         with open(sys.argv[2], encoding="utf-8", errors="replace") as f:
             src = f.read()

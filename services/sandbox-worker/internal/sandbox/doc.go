@@ -15,6 +15,8 @@
 // Three backends implement the same contract: "bwrap" (a cold interpreter
 // per run), "bwrap" with Config.Warm > 0 (a per-episode fork server that
 // has pandas, numpy, scipy and sklearn imported, inside the same
-// isolation), and "docker" (a container per run via the Docker engine API).
+// isolation), and "docker" (a container per episode via the Docker engine
+// API, running the same fork server; forkserver.go is the worker's side of
+// it for both).
 // See SANDBOX.md in the module root for the design and measured numbers.
 package sandbox

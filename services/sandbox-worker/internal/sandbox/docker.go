@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
+	"golang.org/x/sys/unix"
 )
 
 // Container labels. medgym.workroot scopes Reap to the containers whose
@@ -32,33 +35,52 @@ const (
 // dockerBootPath is where the worker's boot.py is bind-mounted (read-only).
 const dockerBootPath = "/opt/medgym/boot.py"
 
-// dockerOverhead is container memory on top of Limits.MemoryBytes: the
-// wrapper interpreter, tini, and the /tmp tmpfs the code writes to.
-const dockerOverhead = 128 << 20
+// dockerCtlDir is where a container's control directory is bound. Its fork
+// server listens on dockerCtlDir/sock until the worker has connected, then
+// removes the socket; the directory holds nothing else of the worker's.
+const dockerCtlDir = "/run/medgym"
 
-// dockerRunner runs each episode in its own long-lived container and each
-// action as an `exec` into it (boot.py exec), so a run costs one exec, not
-// a container start. A run that times out, floods its output or whose
-// wrapper dies gets the whole container killed (its pid namespace goes with
-// init); the next turn starts it again on the same workspace.
+// ctlSock is the name of the fork server's socket in the control directory.
+const ctlSock = "sock"
+
+// dockerOverhead is container memory on top of Limits.MemoryBytes: the
+// fork server with numpy/pandas/scipy/sklearn/statsmodels imported, its
+// standby child, pid 1, and the /tmp tmpfs the code writes to (as much as
+// the warm pool gives its servers' cgroups).
+const dockerOverhead = 512 << 20
+
+// dockerRunner runs each episode in its own long-lived container whose
+// workload is boot.py's fork server (boot.py listen): the imports are paid
+// once, when the container starts, and each action is a fresh child forked
+// from the pristine server, exactly as in the warm pool (forkClient). A run
+// that times out, floods its output, is canceled or whose server dies gets
+// the whole container killed (its pid namespace goes with init); the next
+// turn starts it again on the same workspace and connects to its new
+// server.
 type dockerRunner struct {
-	cli    *client.Client
-	image  string
-	root   string // WorkRoot
-	meta   string
-	limits Limits
-	worker string
-	asRoot bool
-	log    *slog.Logger
+	cli     *client.Client
+	image   string
+	root    string // WorkRoot
+	meta    string
+	ctlRoot string // parent (0700) of the containers' control directories
+	limits  Limits
+	worker  string
+	asRoot  bool
+	log     *slog.Logger
+	seq     atomic.Int64
 
 	mu   sync.Mutex
 	ctrs map[string]*dockerCtr // by episode
 }
 
 type dockerCtr struct {
-	id    string
-	key   string // resource set it was created with
-	dirty bool   // killed: start it again before the next exec
+	id  string
+	key string // resource set it was created with
+	ctl string // host control directory, bound at dockerCtlDir
+	// conn is the connection to the container's fork server (guarded by
+	// dockerRunner.mu); nil: killed or never connected, so the container is
+	// (re)started and connected before its next run.
+	conn *net.UnixConn
 }
 
 func newDockerRunner(ctx context.Context, cfg Config, log *slog.Logger) (runner, error) {
@@ -76,12 +98,22 @@ func newDockerRunner(ctx context.Context, cfg Config, log *slog.Logger) (runner,
 		cli.Close()
 		return nil, fmt.Errorf("sandbox: docker image %s missing (build it with scripts/sandbox-image.sh): %w", cfg.DockerImage, err)
 	}
+	meta := filepath.Join(cfg.WorkRoot, metaDir)
+	ctlRoot := filepath.Join(meta, "ctl")
+	// The engine binds the control directories as root, and the worker
+	// dials through them: nobody else needs to reach them.
+	if err := os.Mkdir(ctlRoot, 0o700); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("sandbox: docker control directory: %w", err)
+	}
 	host, _ := os.Hostname()
-	return &dockerRunner{cli: cli, image: cfg.DockerImage, root: cfg.WorkRoot, meta: filepath.Join(cfg.WorkRoot, metaDir),
+	return &dockerRunner{cli: cli, image: cfg.DockerImage, root: cfg.WorkRoot, meta: meta, ctlRoot: ctlRoot,
 		limits: cfg.Limits, worker: fmt.Sprintf("%d@%s", os.Getpid(), host), asRoot: os.Geteuid() == 0, log: log,
 		ctrs: map[string]*dockerCtr{}}, nil
 }
 
+// prepare creates the workspace and starts the episode's container, so its
+// server's imports are paid before the first action.
 func (d *dockerRunner) prepare(episode, path string, mounts []mount) error {
 	if err := makeWorkspace(path, d.asRoot); err != nil {
 		return err
@@ -93,41 +125,69 @@ func (d *dockerRunner) prepare(episode, path string, mounts []mount) error {
 			return fmt.Errorf("workspace: %w", err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout+time.Minute)
 	defer cancel()
-	_, err := d.container(ctx, episode, path, mounts)
+	_, _, err := d.container(ctx, episode, path, mounts)
 	return err
 }
 
-// container returns the episode's running container, creating or starting
-// it when needed.
-func (d *dockerRunner) container(ctx context.Context, episode, workspace string, mounts []mount) (*dockerCtr, error) {
+// container returns the episode's container with its running, connected
+// fork server, creating or starting it when needed.
+func (d *dockerRunner) container(ctx context.Context, episode, workspace string, mounts []mount) (*dockerCtr, *net.UnixConn, error) {
 	key := keyOf(mounts).key
 	d.mu.Lock()
 	c := d.ctrs[episode]
+	var conn *net.UnixConn
+	if c != nil {
+		conn = c.conn
+	}
 	d.mu.Unlock()
 	if c != nil && c.key != key {
 		d.remove(episode, c)
-		c = nil
+		c, conn = nil, nil
 	}
-	if c != nil && c.dirty {
-		if _, err := d.cli.ContainerStart(ctx, c.id, client.ContainerStartOptions{}); err != nil {
-			d.log.Warn("sandbox: docker restart failed; recreating", "episode", episode, "err", err)
-			d.remove(episode, c)
-			c = nil
-		} else {
-			c.dirty = false
-		}
+	if conn != nil {
+		return c, conn, nil
 	}
 	if c != nil {
-		return c, nil
+		conn, err := d.start(ctx, c)
+		if err == nil {
+			return c, conn, nil
+		}
+		d.log.Warn("sandbox: docker restart failed; recreating", "episode", episode, "err", err)
+		d.remove(episode, c)
 	}
+	c, err := d.create(ctx, episode, workspace, mounts, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err = d.start(ctx, c)
+	if err != nil {
+		d.remove(episode, c)
+		return nil, nil, err
+	}
+	return c, conn, nil
+}
+
+// create creates (but does not start) an episode's container.
+func (d *dockerRunner) create(ctx context.Context, episode, workspace string, mounts []mount, key string) (*dockerCtr, error) {
+	ctl := filepath.Join(d.ctlRoot, fmt.Sprintf("c%d", d.seq.Add(1)))
 	binds := []string{
 		workspace + ":" + WorkDir + ":rw",
 		filepath.Join(d.meta, "boot.py") + ":" + dockerBootPath + ":ro",
+		ctl + ":" + dockerCtlDir + ":rw",
 	}
 	for _, m := range mounts {
 		binds = append(binds, m.host+":"+m.inside+":ro")
+	}
+	// The server runs without PYTHONPATH (=/work), so neither the
+	// interpreter's start-up nor its imports pick up modules the episode's
+	// code wrote to /work; boot.py restores it in each run's child.
+	var env []string
+	for _, kv := range sandboxEnv() {
+		if !strings.HasPrefix(kv, "PYTHONPATH=") {
+			env = append(env, kv)
+		}
 	}
 	pids := int64(d.limits.Pids)
 	tmpSize := max(d.limits.FileSizeBytes, 64<<20)
@@ -135,9 +195,9 @@ func (d *dockerRunner) container(ctx context.Context, episode, workspace string,
 	res, err := d.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Config: &container.Config{
 			Image:           d.image,
-			Cmd:             []string{"/usr/bin/python3", "-s", dockerBootPath, "init"},
+			Cmd:             []string{"/usr/bin/python3", "-s", dockerBootPath, "listen", dockerCtlDir + "/" + ctlSock},
 			User:            fmt.Sprintf("%d:%d", sandboxUID, sandboxUID),
-			Env:             sandboxEnv(),
+			Env:             env,
 			WorkingDir:      WorkDir,
 			Hostname:        "sandbox",
 			NetworkDisabled: true,
@@ -167,169 +227,225 @@ func (d *dockerRunner) container(ctx context.Context, episode, workspace string,
 	if err != nil {
 		return nil, fmt.Errorf("docker create: %w", err)
 	}
-	c = &dockerCtr{id: res.ID, key: key}
+	c := &dockerCtr{id: res.ID, key: key, ctl: ctl}
 	// Record it before starting, so a failed start is still removed.
 	d.mu.Lock()
 	d.ctrs[episode] = c
 	d.mu.Unlock()
-	if _, err := d.cli.ContainerStart(ctx, c.id, client.ContainerStartOptions{}); err != nil {
-		d.remove(episode, c)
-		return nil, fmt.Errorf("docker start: %w", err)
-	}
 	return c, nil
 }
 
-// kill stops every process of the container; it is started again before
-// the episode's next run.
-func (d *dockerRunner) kill(c *dockerCtr) {
+// start starts a stopped container on an empty control directory and
+// connects to its fork server once it is ready.
+func (d *dockerRunner) start(ctx context.Context, c *dockerCtr) (*net.UnixConn, error) {
+	if err := resetCtl(c.ctl, d.asRoot); err != nil {
+		return nil, err
+	}
+	if _, err := d.cli.ContainerStart(ctx, c.id, client.ContainerStartOptions{}); err != nil {
+		return nil, fmt.Errorf("docker start: %w", err)
+	}
+	conn, err := d.connect(ctx, c)
+	if err != nil {
+		d.killID(c.id)
+		return nil, err
+	}
+	d.mu.Lock()
+	c.conn = conn
+	d.mu.Unlock()
+	return conn, nil
+}
+
+// resetCtl makes a container's control directory empty and usable by the
+// sandbox user before the container starts: code of an earlier run may
+// have left files in it, or a link where the socket will be.
+func resetCtl(dir string, asRoot bool) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("docker control directory: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("docker control directory: %w", err)
+	}
+	var err error
+	if asRoot {
+		err = os.Chown(dir, sandboxUID, sandboxUID)
+	} else {
+		// Its parent (0700) keeps other host users out.
+		err = os.Chmod(dir, 0o777)
+	}
+	if err != nil {
+		return fmt.Errorf("docker control directory: %w", err)
+	}
+	return nil
+}
+
+// connect waits for a started container's fork server to listen (its
+// socket appears once it is listening; a refused dial is retried too),
+// dials it and waits until it is ready. No code of the episode runs before that
+// (the server runs it only on request), so nothing but the server can have
+// made the socket.
+func (d *dockerRunner) connect(ctx context.Context, c *dockerCtr) (*net.UnixConn, error) {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	sock := filepath.Join(c.ctl, ctlSock)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	checked := time.Now()
+	var conn *net.UnixConn
+	for conn == nil {
+		var err error
+		conn, err = dialSocket(sock)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("docker: fork server socket: %w", err)
+		}
+		if time.Since(checked) > 250*time.Millisecond {
+			checked = time.Now()
+			r, err := d.cli.ContainerInspect(ctx, c.id, client.ContainerInspectOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("docker inspect: %w", err)
+			}
+			if r.Container.State == nil || !r.Container.State.Running {
+				return nil, fmt.Errorf("docker: container exited before its fork server listened: %s", d.logs(c.id))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("docker: fork server not listening after %v: %s", readyTimeout, d.logs(c.id))
+		case <-tick.C:
+		}
+	}
+	wait := readyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		wait = time.Until(dl)
+	}
+	if err := awaitReady(conn, wait); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("docker: fork server not ready (%v): %s", err, d.logs(c.id))
+	}
+	return conn, nil
+}
+
+// dialSocket connects to the SOCK_SEQPACKET unix socket at path. It opens
+// the socket O_PATH|O_NOFOLLOW and dials it through /proc/self/fd, so a
+// link in the socket's place is refused rather than followed, and a path
+// longer than sun_path (108 bytes; WorkRoot can be long) still works.
+func dialSocket(path string) (*net.UnixConn, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, fmt.Errorf("%s is not a socket", path)
+	}
+	addr := &net.UnixAddr{Name: fmt.Sprintf("/proc/self/fd/%d", fd), Net: "unixpacket"}
+	conn, err := net.DialUnix("unixpacket", nil, addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", path, err)
+	}
+	return conn, nil
+}
+
+// logs returns the tail of a container's output (its server's start-up
+// errors), for an error message.
+func (d *dockerRunner) logs(id string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rc, err := d.cli.ContainerLogs(ctx, id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
+	if err != nil {
+		return fmt.Sprintf("(no logs: %v)", err)
+	}
+	defer rc.Close()
+	b := newCapBuffer(4<<10, 0, nil)
+	_, _ = stdcopy.StdCopy(b, b, rc)
+	msg, _ := b.result()
+	if msg = strings.TrimSpace(msg); msg == "" {
+		return "no output"
+	}
+	return msg
+}
+
+// killID stops every process of a container (its pid 1 first: the pid
+// namespace goes with it).
+func (d *dockerRunner) killID(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c.dirty = true
-	if _, err := d.cli.ContainerKill(ctx, c.id, client.ContainerKillOptions{Signal: "SIGKILL"}); err != nil &&
+	if _, err := d.cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "SIGKILL"}); err != nil &&
 		!cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
-		d.log.Warn("sandbox: docker kill", "container", c.id, "err", err)
+		d.log.Warn("sandbox: docker kill", "container", id, "err", err)
+	}
+}
+
+// stop kills a container whose server is broken and waits until it has
+// stopped; it is started again before the episode's next run.
+func (d *dockerRunner) stop(c *dockerCtr) {
+	d.mu.Lock()
+	conn := c.conn
+	c.conn = nil
+	d.mu.Unlock()
+	if conn != nil {
+		conn.Close()
+	}
+	d.killID(c.id)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w := d.cli.ContainerWait(ctx, c.id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+	select {
+	case <-w.Result:
+	case err := <-w.Error:
+		if !cerrdefs.IsNotFound(err) {
+			d.log.Warn("sandbox: docker wait", "container", c.id, "err", err)
+		}
 	}
 }
 
 func (d *dockerRunner) run(ctx context.Context, spec runSpec) (runOutput, error) {
-	var out runOutput
-	begin := time.Now()
-	c, err := d.container(ctx, spec.episode, spec.workspace, spec.mounts)
+	c, conn, err := d.container(ctx, spec.episode, spec.workspace, spec.mounts)
 	if err != nil {
-		return out, err
+		return runOutput{}, err
 	}
-	mode := "python"
-	if spec.shell {
-		mode = "shell"
-	}
-	ex, err := d.cli.ExecCreate(ctx, c.id, client.ExecCreateOptions{
-		User:         fmt.Sprintf("%d:%d", sandboxUID, sandboxUID),
-		AttachStdin:  true,
-		AttachStdout: true,
-		AttachStderr: true,
-		WorkingDir:   WorkDir,
-		Cmd: []string{"/usr/bin/python3", "-s", dockerBootPath, "exec", mode,
-			strconv.Itoa(d.limits.CPUSeconds), strconv.FormatInt(d.limits.FileSizeBytes, 10),
-			strconv.Itoa(d.limits.NoFile), strconv.FormatInt(d.limits.MemoryBytes, 10)},
-	})
-	if err != nil {
-		return out, fmt.Errorf("docker exec create: %w", err)
-	}
-	att, err := d.cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
-	if err != nil {
-		return out, fmt.Errorf("docker exec attach: %w", err)
-	}
-	defer att.Close()
-	oom0 := cgroupOOMCount(c.id)
-
-	var kmu sync.Mutex
-	var cause error
-	kill := func(why error) {
-		kmu.Lock()
-		first := cause == nil
-		if first {
-			cause = why
-		}
-		kmu.Unlock()
-		if first {
-			d.kill(c)
-			att.Close()
+	if d.asRoot {
+		// The code owns /work and may chmod it; the next run's child must
+		// still get in.
+		if err := resetWorkspace(spec.workspace); err != nil {
+			return runOutput{}, err
 		}
 	}
-	hard := int64(d.limits.OutputBytes) * 64
-	stdout := newCapBuffer(d.limits.OutputBytes, hard, func() { go kill(errFlood) })
-	stderr := newCapBuffer(d.limits.OutputBytes, hard, func() { go kill(errFlood) })
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		_, _ = stdcopy.StdCopy(stdout, stderr, att.Reader)
-	}()
-	go func() {
-		_, _ = io.WriteString(att.Conn, spec.code)
-		if cw, ok := att.Conn.(client.CloseWriter); ok {
-			_ = cw.CloseWrite()
-		}
-	}()
-	timer := time.NewTimer(spec.timeout)
-	defer timer.Stop()
-	select {
-	case <-copied:
-	case <-timer.C:
-		kill(errTimeout)
-		<-copied
-	case <-ctx.Done():
-		kill(context.Cause(ctx))
-		<-copied
-	}
-	out.duration = time.Since(begin)
-	kmu.Lock()
-	final := cause
-	kmu.Unlock()
-	out.stdout, out.truncated = stdout.result()
-	var tr bool
-	out.stderr, tr = stderr.result()
-	out.truncated = out.truncated || tr
-	switch {
-	case errors.Is(final, errTimeout):
-		out.timedOut, out.exitCode, out.signal = true, -1, syscall.SIGKILL
-		return out, nil
-	case errors.Is(final, errFlood):
-		out.flood, out.exitCode, out.signal = true, -1, syscall.SIGKILL
-		return out, nil
-	case final != nil:
-		return out, fmt.Errorf("docker run canceled: %w", final)
-	}
-	code, err := d.exitCode(ex.ID)
-	if err != nil {
-		d.kill(c)
-		return out, err
-	}
-	if oom := cgroupOOMCount(c.id); oom0 >= 0 && oom > oom0 {
+	oom0 := cgroupCount(c.id, "memory", "memory.oom_control", "oom_kill ")
+	pids0 := cgroupCount(c.id, "pids", "pids.events", "max ")
+	fc := forkClient{conn: conn, limits: d.limits, kill: func() { d.killID(c.id) }}
+	out, broken, err := fc.run(ctx, spec)
+	if n := cgroupCount(c.id, "memory", "memory.oom_control", "oom_kill "); oom0 >= 0 && n > oom0 {
 		out.oom = true
 	}
-	if code > 128 {
-		// A signal ended the child, or the code killed the wrapper, which
-		// then could not clean up: restart the container to be sure nothing
-		// the run started survives it.
-		d.kill(c)
-		if code < 128+65 {
-			out.exitCode, out.signal = -1, syscall.Signal(code-128)
-			return out, nil
-		}
+	if n := cgroupCount(c.id, "pids", "pids.events", "max "); pids0 >= 0 && n > pids0 {
+		out.pidsHit = true
 	}
-	out.exitCode = code
+	if broken {
+		d.stop(c)
+	}
+	if err != nil {
+		return out, fmt.Errorf("docker run: %w", err)
+	}
 	return out, nil
 }
 
-// exitCode waits (briefly) for the exec to be reported finished.
-func (d *dockerRunner) exitCode(id string) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for {
-		r, err := d.cli.ExecInspect(ctx, id, client.ExecInspectOptions{})
-		if err != nil {
-			return 0, fmt.Errorf("docker exec inspect: %w", err)
-		}
-		if !r.Running {
-			return r.ExitCode, nil
-		}
-		select {
-		case <-ctx.Done():
-			return 0, errors.New("docker exec still running after its output closed")
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
-}
-
-// cgroupOOMCount reads the container's v1 memory cgroup OOM-kill counter
-// when the engine runs on this host with the cgroupfs driver; -1 otherwise.
-func cgroupOOMCount(id string) int64 {
-	b, err := os.ReadFile(filepath.Join(cgroupRoot, "memory", "docker", id, "memory.oom_control"))
+// cgroupCount reads the counter named by prefix (e.g. "oom_kill ") from
+// file of a container's v1 cgroup of controller ctl, when the engine runs
+// on this host with the cgroupfs driver; -1 otherwise.
+func cgroupCount(id, ctl, file, prefix string) int64 {
+	b, err := os.ReadFile(filepath.Join(cgroupRoot, ctl, "docker", id, file))
 	if err != nil {
 		return -1
 	}
 	for l := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "oom_kill "); ok {
+		if v, ok := strings.CutPrefix(l, prefix); ok {
 			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 			return n
 		}
@@ -344,7 +460,23 @@ func (d *dockerRunner) remove(episode string, c *dockerCtr) {
 		delete(d.ctrs, episode)
 	}
 	d.mu.Unlock()
+	d.discard(c)
+}
+
+// discard closes the connection to a forgotten container's server, removes
+// the container and then its control directory.
+func (d *dockerRunner) discard(c *dockerCtr) {
+	d.mu.Lock()
+	conn := c.conn
+	c.conn = nil
+	d.mu.Unlock()
+	if conn != nil {
+		conn.Close()
+	}
 	d.removeID(c.id)
+	if err := os.RemoveAll(c.ctl); err != nil {
+		d.log.Warn("sandbox: docker control directory", "dir", c.ctl, "err", err)
+	}
 }
 
 func (d *dockerRunner) removeID(id string) {
@@ -365,6 +497,8 @@ func (d *dockerRunner) release(episode string) {
 }
 
 // reap removes every container of this WorkRoot whose episode is not live.
+// Control directories of containers an earlier worker left went with its
+// meta directory at start-up.
 func (d *dockerRunner) reap(live func(string) bool) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -380,11 +514,18 @@ func (d *dockerRunner) reap(live func(string) bool) (int, error) {
 			continue
 		}
 		d.mu.Lock()
-		if c := d.ctrs[ep]; c != nil && c.id == s.ID {
+		c := d.ctrs[ep]
+		if c != nil && c.id == s.ID {
 			delete(d.ctrs, ep)
+		} else {
+			c = nil
 		}
 		d.mu.Unlock()
-		d.removeID(s.ID)
+		if c != nil {
+			d.discard(c)
+		} else {
+			d.removeID(s.ID)
+		}
 		n++
 	}
 	return n, nil
@@ -397,7 +538,7 @@ func (d *dockerRunner) close() error {
 	d.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, c := range ctrs {
-		wg.Go(func() { d.removeID(c.id) })
+		wg.Go(func() { d.discard(c) })
 	}
 	wg.Wait()
 	return d.cli.Close()

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,11 +79,15 @@ func TestDockerContainers(t *testing.T) {
 	if got := strings.TrimSpace(string(out)); !strings.HasPrefix(got, "none true [ALL] [no-new-privileges] 65534:65534 ep-") {
 		t.Fatalf("container settings: %s", got)
 	}
+	checkCtlDirs(t, root, dockerContainers(t, root))
 	if err := s.Release(a); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(dockerContainers(t, root)); n != 2 {
 		t.Fatalf("release left %d containers, want 2", n)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(root, metaDir, "ctl")); len(ents) != 2 {
+		t.Fatalf("release left %d control directories, want 2", len(ents))
 	}
 	if _, err := s.Reap(func(ep string) bool { return ep == b }); err != nil {
 		t.Fatal(err)
@@ -95,5 +100,46 @@ func TestDockerContainers(t *testing.T) {
 	}
 	if n := len(dockerContainers(t, root)); n != 0 {
 		t.Fatalf("close left %d containers", n)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(root, metaDir, "ctl")); len(ents) != 0 {
+		t.Fatalf("close left %d control directories", len(ents))
+	}
+}
+
+// checkCtlDirs checks that each container has its own control directory,
+// bound at dockerCtlDir, that only the sandbox user (and root) can enter
+// when the worker is root, and that is empty once the worker has connected.
+func checkCtlDirs(t *testing.T, root string, ids []string) {
+	t.Helper()
+	ctlRoot := filepath.Join(root, metaDir, "ctl")
+	if st, err := os.Stat(ctlRoot); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("control root: %v %v", st.Mode(), err)
+	}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		out, err := exec.Command("docker", "inspect", "--format", "{{range .HostConfig.Binds}}{{println .}}{{end}}", id).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dir string
+		for _, b := range strings.Fields(string(out)) {
+			if host, ok := strings.CutSuffix(b, ":"+dockerCtlDir+":rw"); ok {
+				dir = host
+			}
+		}
+		if dir == "" || filepath.Dir(dir) != ctlRoot || seen[dir] {
+			t.Fatalf("container %s: control directory %q (binds %q)", id, dir, out)
+		}
+		seen[dir] = true
+		st, err := os.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if os.Geteuid() == 0 && (st.Mode().Perm() != 0o700 || st.Sys().(*syscall.Stat_t).Uid != sandboxUID) {
+			t.Fatalf("control directory %s: mode %v uid %d", dir, st.Mode(), st.Sys().(*syscall.Stat_t).Uid)
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Fatalf("control directory %s holds %d entries after the dial", dir, len(ents))
+		}
 	}
 }

@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -170,10 +169,8 @@ func (p *warmPool) startServer(dir string, fresh bool, key resKey) (*server, err
 	srv := &server{key: key.key, st: st, conn: conn, dir: dir, dead: make(chan struct{})}
 	var werr error
 	go func() { werr = st.cmd.Wait(); close(srv.dead) }()
-	buf := make([]byte, 4096)
-	_ = conn.SetReadDeadline(time.Now().Add(readyTimeout))
-	n, err := conn.Read(buf)
-	if err == nil && n > 0 {
+	err = awaitReady(conn, readyTimeout)
+	if err == nil {
 		st.cg.setShares(1024)
 		return srv, nil
 	}
@@ -304,177 +301,30 @@ func (p *warmPool) serverFor(episode, workspace string, mounts []mount) (*server
 	return srv, nil
 }
 
-type warmReq struct {
-	Mode       string         `json:"mode"`
-	Cwd        string         `json:"cwd"`
-	PythonPath string         `json:"pythonpath"` // restored in the child: the server runs without it
-	Limits     map[string]any `json:"limits"`
-}
-
-type warmResp struct {
-	Status int    `json:"status"`
-	MaxRSS int64  `json:"maxrss"`
-	Error  string `json:"error"`
-}
-
 func (p *warmPool) run(ctx context.Context, spec runSpec) (runOutput, error) {
-	var out runOutput
 	srv, err := p.serverFor(spec.episode, spec.workspace, spec.mounts)
 	if err != nil {
-		return out, err
+		return runOutput{}, err
 	}
 	srv.runMu.Lock()
 	defer srv.runMu.Unlock()
 	if err := resetWorkspace(spec.workspace); err != nil {
-		return out, err
+		return runOutput{}, err
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return out, fmt.Errorf("warm run: %w", err)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return out, fmt.Errorf("warm run: %w", err)
-	}
-	codeR, codeW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		errR.Close()
-		errW.Close()
-		return out, fmt.Errorf("warm run: %w", err)
-	}
-	mode := "python"
-	if spec.shell {
-		mode = "shell"
-	}
-	req, _ := json.Marshal(warmReq{Mode: mode, Cwd: WorkDir, PythonPath: WorkDir, Limits: map[string]any{
-		"cpu": p.limits.CPUSeconds, "fsize": p.limits.FileSizeBytes, "nofile": p.limits.NoFile,
-		"nproc": p.nproc(), "data": p.limits.MemoryBytes}})
 	oomBefore := srv.st.cg != nil && srv.st.cg.oomKilled()
-	begin := time.Now()
-	_, _, err = srv.conn.WriteMsgUnix(req, syscall.UnixRights(int(outW.Fd()), int(errW.Fd()), int(codeR.Fd())), nil)
-	outW.Close()
-	errW.Close()
-	codeR.Close()
-	if err != nil {
-		outR.Close()
-		errR.Close()
-		codeW.Close()
-		p.drop(spec.episode, srv)
-		return out, fmt.Errorf("warm run: send: %w", err)
-	}
-	go func() { _, _ = codeW.WriteString(spec.code); codeW.Close() }()
-
-	var kmu sync.Mutex
-	var cause error
-	kill := func(c error) {
-		kmu.Lock()
-		first := cause == nil
-		if first {
-			cause = c
-		}
-		kmu.Unlock()
-		if first {
-			srv.st.kill()
-		}
-	}
-	hard := int64(p.limits.OutputBytes) * 64
-	stdout := newCapBuffer(p.limits.OutputBytes, hard, func() { kill(errFlood) })
-	stderr := newCapBuffer(p.limits.OutputBytes, hard, func() { kill(errFlood) })
-	var wg sync.WaitGroup
-	wg.Go(func() { copyAll(stdout, outR) })
-	wg.Go(func() { copyAll(stderr, errR) })
-
-	respCh := make(chan warmResp, 1)
-	go func() {
-		buf := make([]byte, 4096)
-		n, err := srv.conn.Read(buf)
-		var r warmResp
-		if err != nil || json.Unmarshal(buf[:n], &r) != nil {
-			r.Error = fmt.Sprintf("no reply from warm server: %v", err)
-		}
-		respCh <- r
-	}()
-	timer := time.NewTimer(spec.timeout)
-	defer timer.Stop()
-	var resp warmResp
-	select {
-	case resp = <-respCh:
-	case <-timer.C:
-		kill(errTimeout)
-		resp = <-respCh
-	case <-ctx.Done():
-		kill(context.Cause(ctx))
-		resp = <-respCh
-	}
-	out.duration = time.Since(begin)
-	kmu.Lock()
-	final := cause
-	kmu.Unlock()
-	if final != nil || resp.Error != "" {
-		// The server is (or must be) dead: everything in it goes.
-		srv.st.kill()
-	}
-	wg.Wait()
-	outR.Close()
-	errR.Close()
-	out.stdout, out.truncated = stdout.result()
-	var tr bool
-	out.stderr, tr = stderr.result()
-	out.truncated = out.truncated || tr
+	fc := forkClient{conn: srv.conn, limits: p.limits, nproc: p.nproc(), kill: srv.st.kill}
+	out, broken, err := fc.run(ctx, spec)
 	if srv.st.cg != nil {
 		out.oom = !oomBefore && srv.st.cg.oomKilled()
 		out.pidsHit = srv.st.cg.pidsHit()
 	}
-	out.peak = resp.MaxRSS
-	switch {
-	case errors.Is(final, errTimeout):
-		out.timedOut, out.exitCode, out.signal = true, -1, syscall.SIGKILL
-	case errors.Is(final, errFlood):
-		out.flood, out.exitCode, out.signal = true, -1, syscall.SIGKILL
-	case final != nil:
+	if broken {
 		p.drop(spec.episode, srv)
-		return out, fmt.Errorf("warm run canceled: %w", final)
-	case resp.Error != "":
-		p.drop(spec.episode, srv)
-		select {
-		case <-srv.dead:
-			// Only the episode's own code runs in the server's sandbox, so a
-			// server that died mid-run was killed by that code (or the OOM
-			// killer): report it as killed; the next turn starts a new server.
-			out.exitCode, out.signal = -1, syscall.SIGKILL
-			return out, nil
-		default:
-		}
-		return out, errors.New("warm run: " + resp.Error)
-	default:
-		ws := syscall.WaitStatus(resp.Status)
-		if ws.Signaled() {
-			out.exitCode, out.signal = -1, ws.Signal()
-		} else {
-			out.exitCode = ws.ExitStatus()
-		}
 	}
-	if final != nil {
-		p.drop(spec.episode, srv)
+	if err != nil {
+		return out, fmt.Errorf("warm run: %w", err)
 	}
 	return out, nil
-}
-
-func copyAll(w *capBuffer, r *os.File) {
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			_, _ = w.Write(buf[:n])
-		}
-		if err != nil {
-			return
-		}
-	}
 }
 
 // drop forgets and stops an episode's server (the workspace stays).
