@@ -147,7 +147,11 @@ func (p *warmPool) startServer(dir string, fresh bool, key resKey) (*server, err
 	// Without PYTHONPATH (=/work) the interpreter's start-up (sitecustomize)
 	// and the server's imports and warm-up cannot pick up modules the
 	// episode's code wrote to /work; boot.py restores it in each run's child.
-	args := append(p.args(dir, key.mounts), "--unsetenv", "PYTHONPATH")
+	// --as-pid-1: the server itself is the sandbox's init, not a bwrap
+	// reaper that would stay dumpable (a run could write into its memory
+	// and outlive the run through it). The server reaps what its runs
+	// leave behind and kills it all after each run.
+	args := append(p.args(dir, key.mounts), "--unsetenv", "PYTHONPATH", "--as-pid-1")
 	// The server's own output still goes to the worker's stderr; its start
 	// (bwrap's errors, a boot.py traceback) is kept for the error.
 	boot := newCapBuffer(4<<10, 0, nil)
