@@ -48,9 +48,9 @@ fmt:
 tidy:
 	@for m in $(MODULES); do (cd $$m && GOWORK=off go mod tidy -diff >/dev/null) || { echo "go mod tidy needed in $$m"; exit 1; }; done
 
-## test: every check CI runs: gofmt, vet, race tests (Docker backend included),
+## test: every check CI runs: gofmt, vet, go mod tidy, race tests (Docker backend included),
 ## every reference solution, bounded fuzzing
-test: fmt vet test-go verify-all fuzz
+test: fmt vet tidy test-go verify-all fuzz
 
 ## test-go: the Go tests with the race detector (installs and starts what they need)
 test-go: setup-test library

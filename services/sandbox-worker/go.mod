@@ -9,6 +9,7 @@ require (
 	github.com/medgym/medgym/schemas v0.0.0-00010101000000-000000000000
 	github.com/moby/moby/api v1.57.0
 	github.com/moby/moby/client v0.6.3
+	github.com/moby/profiles/seccomp v0.3.0
 	github.com/nats-io/nats.go v1.55.0
 	golang.org/x/net v0.60.0
 	golang.org/x/sys v0.50.0
@@ -38,6 +39,7 @@ require (
 	github.com/oklog/ulid v1.3.1 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
+	github.com/opencontainers/runtime-spec v1.2.1 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect

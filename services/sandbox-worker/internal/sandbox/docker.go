@@ -66,6 +66,7 @@ type dockerRunner struct {
 	limits  Limits
 	worker  string
 	asRoot  bool
+	seccomp string // profile JSON; "" keeps Docker's default
 	log     *slog.Logger
 	seq     atomic.Int64
 
@@ -106,10 +107,17 @@ func newDockerRunner(ctx context.Context, cfg Config, log *slog.Logger) (runner,
 		cli.Close()
 		return nil, fmt.Errorf("sandbox: docker control directory: %w", err)
 	}
+	var profile string
+	if !cfg.DisableSeccomp {
+		if profile, err = dockerSeccomp(); err != nil {
+			cli.Close()
+			return nil, err
+		}
+	}
 	host, _ := os.Hostname()
 	return &dockerRunner{cli: cli, image: cfg.DockerImage, root: cfg.WorkRoot, meta: meta, ctlRoot: ctlRoot,
-		limits: cfg.Limits, worker: fmt.Sprintf("%d@%s", os.Getpid(), host), asRoot: os.Geteuid() == 0, log: log,
-		ctrs: map[string]*dockerCtr{}}, nil
+		limits: cfg.Limits, worker: fmt.Sprintf("%d@%s", os.Getpid(), host), asRoot: os.Geteuid() == 0, seccomp: profile,
+		log: log, ctrs: map[string]*dockerCtr{}}, nil
 }
 
 // prepare creates the workspace and starts the episode's container, so its
@@ -209,7 +217,7 @@ func (d *dockerRunner) create(ctx context.Context, episode, workspace string, mo
 			Binds:          binds,
 			Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", tmpSize)},
 			CapDrop:        []string{"ALL"},
-			SecurityOpt:    []string{"no-new-privileges"},
+			SecurityOpt:    d.securityOpt(),
 			IpcMode:        "private",
 			Resources: container.Resources{
 				Memory:     mem,
@@ -542,4 +550,14 @@ func (d *dockerRunner) close() error {
 	}
 	wg.Wait()
 	return d.cli.Close()
+}
+
+// securityOpt is no-new-privileges and, unless turned off, medgym's
+// seccomp profile (dockerSeccomp).
+func (d *dockerRunner) securityOpt() []string {
+	opt := []string{"no-new-privileges"}
+	if d.seccomp != "" {
+		opt = append(opt, "seccomp="+d.seccomp)
+	}
+	return opt
 }

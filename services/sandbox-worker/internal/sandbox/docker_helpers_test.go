@@ -71,13 +71,17 @@ func TestDockerContainers(t *testing.T) {
 		t.Fatalf("%d containers for 3 episodes", n)
 	}
 	out, err := exec.Command("docker", "inspect", "--format",
-		"{{.HostConfig.NetworkMode}} {{.HostConfig.ReadonlyRootfs}} {{.HostConfig.CapDrop}} {{.HostConfig.SecurityOpt}} {{.Config.User}} {{index .Config.Labels \"medgym.episode\"}}",
+		"{{.HostConfig.NetworkMode}} {{.HostConfig.ReadonlyRootfs}} {{.HostConfig.CapDrop}} {{index .HostConfig.SecurityOpt 0}} {{.Config.User}} {{index .Config.Labels \"medgym.episode\"}}",
 		dockerContainers(t, root)[0]).Output()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.TrimSpace(string(out)); !strings.HasPrefix(got, "none true [ALL] [no-new-privileges] 65534:65534 ep-") {
+	if got := strings.TrimSpace(string(out)); !strings.HasPrefix(got, "none true [ALL] no-new-privileges 65534:65534 ep-") {
 		t.Fatalf("container settings: %s", got)
+	}
+	sec, err := exec.Command("docker", "inspect", "--format", "{{index .HostConfig.SecurityOpt 1}}", dockerContainers(t, root)[0]).Output()
+	if err != nil || !strings.HasPrefix(string(sec), `seccomp={"defaultAction":"SCMP_ACT_ERRNO"`) {
+		t.Fatalf("container seccomp option: %.80s %v", sec, err)
 	}
 	checkCtlDirs(t, root, dockerContainers(t, root))
 	if err := s.Release(a); err != nil {
