@@ -325,9 +325,14 @@ func TestChaosExternalProcesses(t *testing.T) {
 	for _, p := range procs {
 		p.stop()
 	}
-	time.Sleep(200 * time.Millisecond)
-	if left := processesMentioning(work); len(left) > 0 {
-		t.Fatalf("processes left behind: %v", left)
+	// The kernel tears a killed sandbox down asynchronously (its parent-death
+	// signal, then its namespaces), which takes a moment on a loaded machine.
+	left := processesMentioning(work)
+	for deadline := time.Now().Add(10 * time.Second); len(left) > 0 && time.Now().Before(deadline); left = processesMentioning(work) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(left) > 0 {
+		t.Fatalf("processes left behind 10 s after their workers stopped: %v", left)
 	}
 }
 

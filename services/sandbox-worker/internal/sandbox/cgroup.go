@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -29,22 +30,11 @@ type cgroupParent struct {
 // detectCgroups creates <current>/medgym-<pid> under the memory, pids and
 // cpu v1 hierarchies. It fails when any of them is missing or not writable.
 func detectCgroups() (*cgroupParent, error) {
-	f, err := os.Open("/proc/self/cgroup")
+	cur, err := selfCgroups()
 	if err != nil {
-		return nil, fmt.Errorf("cgroups: %w", err)
+		return nil, err
 	}
-	defer f.Close()
-	cur := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		parts := strings.SplitN(sc.Text(), ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		for _, c := range strings.Split(parts[1], ",") {
-			cur[c] = parts[2]
-		}
-	}
+	reapStaleCgroups(cur)
 	name := fmt.Sprintf("medgym-%d-%d", os.Getpid(), parentSeq.Add(1))
 	p := &cgroupParent{}
 	for _, c := range []struct {
@@ -64,6 +54,78 @@ func detectCgroups() (*cgroupParent, error) {
 		*c.dst = dir
 	}
 	return p, nil
+}
+
+// selfCgroups maps each v1 controller to this process's cgroup path.
+func selfCgroups() (map[string]string, error) {
+	f, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		return nil, fmt.Errorf("cgroups: %w", err)
+	}
+	defer f.Close()
+	cur := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			cur[c] = parts[2]
+		}
+	}
+	return cur, sc.Err()
+}
+
+// staleName matches the cgroups detectCgroups names: medgym-<pid>-<n>.
+var staleName = regexp.MustCompile(`^medgym-([0-9]+)-[0-9]+$`)
+
+// reapStaleCgroups kills what is left in the cgroups of workers that died
+// without removing them (SIGKILL, a crash), beside where this worker's go
+// (cur maps a controller to the worker's cgroup path), and removes them.
+// This is how a sandbox can survive its worker: when the worker dies while
+// bwrap is setting a sandbox up, its parent-death signal kills bwrap, and
+// the sandbox's init (pid 1 of the new pid namespace) was seen blocked for
+// good in eventfd_read, waiting for the bwrap that died, with no
+// parent-death signal in effect: --die-with-parent does not cover that
+// window (bwrap 0.8.0). It sits in the dead worker's cgroup. A worker whose
+// pid is alive is left alone.
+func reapStaleCgroups(cur map[string]string) {
+	seen := map[string]bool{}
+	for _, ctl := range []string{"memory", "pids", "cpu"} {
+		path, ok := cur[ctl]
+		if !ok {
+			continue
+		}
+		ents, _ := os.ReadDir(filepath.Join(cgroupRoot, ctl, path))
+		for _, e := range ents {
+			m := staleName.FindStringSubmatch(e.Name())
+			if m == nil || !e.IsDir() || seen[e.Name()] {
+				continue
+			}
+			pid, err := strconv.Atoi(m[1])
+			if err != nil || pid == os.Getpid() || processAlive(pid) {
+				continue
+			}
+			seen[e.Name()] = true
+			stale := &cgroupParent{}
+			for _, c := range []struct {
+				ctl string
+				dst *string
+			}{{"memory", &stale.mem}, {"pids", &stale.pids}, {"cpu", &stale.cpu}} {
+				if p, ok := cur[c.ctl]; ok {
+					*c.dst = filepath.Join(cgroupRoot, c.ctl, p, e.Name())
+				}
+			}
+			stale.remove()
+		}
+	}
+}
+
+// processAlive reports whether a process with this pid exists.
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 func (p *cgroupParent) dirs() []string {
