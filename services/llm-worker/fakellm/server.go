@@ -335,6 +335,9 @@ func (s *Server) reference(goal string, rng *rand.Rand) string {
 	return action(schemas.ActionValidateCode, "code", wrong)
 }
 
+// wrongAnswer is the alternate policy's wrong program.
+const wrongAnswer = "answer = -987654.321\nprint(answer)"
+
 // alternate is the reply of the alternate policy: by the request seed k
 // (0 when absent), the first turn is the reference for an even k and a
 // crashing program for an odd one; a later turn is the reference when k/2 is
@@ -348,14 +351,14 @@ func (s *Server) alternate(goal string, turn int, seed *int64) string {
 		return action(schemas.ActionValidateCode, "code", "x = 1/0\nprint(x)")
 	}
 	if turn > 0 && (k/2)%2 != 0 {
-		return action(schemas.ActionValidateCode, "code", "answer = -987654.321\nprint(answer)")
+		return action(schemas.ActionValidateCode, "code", wrongAnswer)
 	}
 	if s.cfg.References != nil {
 		if code, ok := s.cfg.References(goal); ok {
 			return action(schemas.ActionValidateCode, "code", code)
 		}
 	}
-	return action(schemas.ActionValidateCode, "code", "answer = -987654.321\nprint(answer)")
+	return action(schemas.ActionValidateCode, "code", wrongAnswer)
 }
 
 var garbageTexts = []string{

@@ -393,13 +393,7 @@ func (d *dockerRunner) killID(id string) {
 // stop kills a container whose server is broken and waits until it has
 // stopped; it is started again before the episode's next run.
 func (d *dockerRunner) stop(c *dockerCtr) {
-	d.mu.Lock()
-	conn := c.conn
-	c.conn = nil
-	d.mu.Unlock()
-	if conn != nil {
-		conn.Close()
-	}
+	d.disconnect(c)
 	d.killID(c.id)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -471,9 +465,8 @@ func (d *dockerRunner) remove(episode string, c *dockerCtr) {
 	d.discard(c)
 }
 
-// discard closes the connection to a forgotten container's server, removes
-// the container and then its control directory.
-func (d *dockerRunner) discard(c *dockerCtr) {
+// disconnect closes the connection to c's server, if any.
+func (d *dockerRunner) disconnect(c *dockerCtr) {
 	d.mu.Lock()
 	conn := c.conn
 	c.conn = nil
@@ -481,6 +474,12 @@ func (d *dockerRunner) discard(c *dockerCtr) {
 	if conn != nil {
 		conn.Close()
 	}
+}
+
+// discard closes the connection to a forgotten container's server, removes
+// the container and then its control directory.
+func (d *dockerRunner) discard(c *dockerCtr) {
+	d.disconnect(c)
 	d.removeID(c.id)
 	if err := os.RemoveAll(c.ctl); err != nil {
 		d.log.Warn("sandbox: docker control directory", "dir", c.ctl, "err", err)
