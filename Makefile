@@ -7,7 +7,7 @@ TOOLS   ?= $(HOME)/.cache/medgym/bin
 export MEDGYM_TOOLS := $(TOOLS)
 SERVICES := dispatcher llm-worker sandbox-worker verifier trainer
 
-.PHONY: all setup setup-test build library demo test test-go test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
+.PHONY: all setup setup-test build library demo test test-go test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
 
 all: build
 
@@ -15,9 +15,10 @@ all: build
 setup:
 	scripts/setup.sh
 
-## setup-test: setup plus the Docker engine and the sandbox image the Docker tests use
+## setup-test: setup plus the Docker engine and the sandbox image the Docker tests use,
+## and QEMU with a kernel for the cgroup v2 tests
 setup-test:
-	WITH_DOCKER=1 scripts/setup.sh
+	WITH_DOCKER=1 WITH_VM=1 scripts/setup.sh
 	scripts/docker.sh start
 	scripts/sandbox-image.sh
 
@@ -49,8 +50,12 @@ tidy:
 	@for m in $(MODULES); do (cd $$m && GOWORK=off go mod tidy -diff >/dev/null) || { echo "go mod tidy needed in $$m"; exit 1; }; done
 
 ## test: every check CI runs: gofmt, vet, go mod tidy, race tests (Docker backend included),
-## every reference solution, bounded fuzzing
-test: fmt vet tidy test-go verify-all fuzz
+## the sandbox on cgroup v2, every reference solution, bounded fuzzing
+test: fmt vet tidy test-go test-cgroup2 verify-all fuzz
+
+## test-cgroup2: the sandbox's cgroup tests and abuse suite on a cgroup v2 kernel (a QEMU VM)
+test-cgroup2: setup-test
+	scripts/cgroup2-vm.sh
 
 ## test-go: the Go tests with the race detector (installs and starts what they need)
 test-go: setup-test library

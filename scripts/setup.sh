@@ -5,6 +5,7 @@
 #   scripts/setup.sh            Debian packages + Go tools (nats-server, minio)
 #   SKIP_MINIO=1 scripts/setup.sh   skip the MinIO test server (3.5 min build)
 #   WITH_DOCKER=1 scripts/setup.sh  also install the Docker engine
+#   WITH_VM=1 scripts/setup.sh      also QEMU, a kernel and busybox for the cgroup v2 tests (scripts/cgroup2-vm.sh)
 set -euo pipefail
 
 TOOLS="${MEDGYM_TOOLS:-$HOME/.cache/medgym/bin}"
@@ -13,6 +14,7 @@ mkdir -p "$TOOLS"
 apt_pkgs=(bubblewrap python3 python3-pandas python3-numpy python3-scipy python3-sklearn
   python3-statsmodels python3-biopython python3-torch sqlite3 curl ca-certificates)
 if [ "${WITH_DOCKER:-0}" = 1 ]; then apt_pkgs+=(docker.io debootstrap); fi
+if [ "${WITH_VM:-0}" = 1 ]; then apt_pkgs+=(qemu-system-x86 linux-image-amd64 busybox-static); fi
 
 missing=()
 for p in "${apt_pkgs[@]}"; do

@@ -213,6 +213,18 @@ print("HITS", hits)
 		}
 		healthy(t)
 	})
+	t.Run("shared memory bomb", func(t *testing.T) {
+		// Shared anonymous memory is not data: RLIMIT_DATA lets it through,
+		// and only the memory cgroup (or the container's) stops it.
+		if s.cgParent == nil && s.cfg.Backend == BackendBwrap {
+			t.Skip("no cgroups here: rlimits alone cannot bound shared memory")
+		}
+		r := exec1(t, s, code(newEpisode(), "import mmap\nm = mmap.mmap(-1, 2 << 30)\nfor i in range(0, 2 << 30, 1 << 20):\n    m[i:i + (1 << 20)] = bytes(1 << 20)\nprint('filled')", 60))
+		if r.Status != schemas.StatusKilled || !strings.Contains(r.Message, "memory limit") {
+			t.Fatalf("2 GiB of shared memory: %+v", r)
+		}
+		healthy(t)
+	})
 	t.Run("infinite loop", func(t *testing.T) {
 		begin := time.Now()
 		r := exec1(t, s, code(newEpisode(), "while True: pass", 2))

@@ -8,9 +8,10 @@
 // see seccomp.go), a read-only minimal root (only /usr and the few
 // /etc files Python needs), read-only task data under /data, and the
 // episode's workspace as the only writable directory (WorkDir). Limits are
-// applied twice: rlimits (CPU, data, nproc, fsize, nofile) and, when the v1
-// cgroup hierarchy is writable, a per-run (or per warm server) cgroup with
-// memory, pids and CPU quota. Output is read through capped buffers.
+// applied twice: rlimits (CPU, data, nproc, fsize, nofile) and, when the
+// worker's cgroups are writable (v1, or v2 with the controllers delegated;
+// cgroup.go), a per-run (or per warm server) cgroup with memory, pids and
+// CPU quota. Output is read through capped buffers.
 //
 // Three backends implement the same contract: "bwrap" (a cold interpreter
 // per run), "bwrap" with Config.Warm > 0 (a per-episode fork server that

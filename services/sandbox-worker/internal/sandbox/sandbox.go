@@ -201,8 +201,9 @@ func (s *Sandbox) newBwrap(ctx context.Context) (runner, error) {
 	}
 	cg, err := detectCgroups()
 	if err != nil {
-		s.log.Warn("sandbox: cgroup v1 limits unavailable, falling back to rlimits only", "err", err)
+		s.log.Warn("sandbox: cgroup limits unavailable, falling back to rlimits only", "err", err)
 	} else {
+		s.log.Debug("sandbox: cgroup limits", "version", cg.version(), "cgroups", cg.dirs())
 		base.cg, s.cgParent = cg, cg
 	}
 	// Smoke test: one tiny run proves bwrap works here (user namespaces etc.).
