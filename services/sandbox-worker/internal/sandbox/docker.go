@@ -392,7 +392,14 @@ func (d *dockerRunner) connect(ctx context.Context, c *dockerCtr) (*net.UnixConn
 	if dl, ok := ctx.Deadline(); ok {
 		wait = time.Until(dl)
 	}
-	if err := awaitReady(conn, wait); err != nil {
+	// The imports take seconds: a canceled start (the pool closing) ends
+	// the wait at once.
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	err := awaitReady(conn, wait)
+	if !stop() {
+		err = context.Cause(ctx)
+	}
+	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("docker: fork server not ready (%v): %s", err, d.logs(c.id))
 	}

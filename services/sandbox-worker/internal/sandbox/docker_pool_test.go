@@ -388,6 +388,24 @@ func TestDockerPoolCleanup(t *testing.T) {
 	requireDocker(t)
 	root := filepath.Join(openTempDir(t), "work")
 
+	t.Run("close while starting", func(t *testing.T) {
+		s := dockerWith(2)(t, Config{WorkRoot: root})
+		d, p := dockerPoolOf(t, s)
+		lookFirstTurn(t, s, newEpisode())
+		if _, starting := p.counts(); starting == 0 {
+			t.Fatal("the pool starts no container after the first episode")
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if ids := labelled(t, labelPool+"="+d.token); len(ids) != 0 {
+			t.Fatalf("close left %d pooled containers", len(ids))
+		}
+		if ents, _ := os.ReadDir(filepath.Join(root, metaDir, "pool")); len(ents) != 0 {
+			t.Fatalf("close left %d pool directories", len(ents))
+		}
+	})
+
 	t.Run("close", func(t *testing.T) {
 		s := dockerWith(2)(t, Config{WorkRoot: root})
 		d, p := dockerPoolOf(t, s)
