@@ -53,6 +53,10 @@ var suites = []suite{
 		{"pandas action p50, cold bwrap / warm pool", "BenchmarkPandasGroupby/cold", "BenchmarkPandasGroupby/warm", "p50-ms"},
 		{"pandas action p50 on an episode's second turn, docker / warm pool", "BenchmarkPandasGroupby/docker", "BenchmarkPandasGroupby/warm", "turn2-p50-ms"},
 		{"pandas action p50 on an episode's first turn (docker: container start), docker / cold bwrap", "BenchmarkPandasGroupby/docker", "BenchmarkPandasGroupby/cold", "p50-ms"},
+		{"pandas action p50 on an episode's first turn, docker starting its container / docker with a ready pool", "BenchmarkPandasGroupby/docker", "BenchmarkPandasGroupby/docker-pool", "p50-ms"},
+	}, Show: []ratio{
+		{What: "docker with a ready pool: first turn p50 (ms)", Num: "BenchmarkPandasGroupby/docker-pool", Unit: "p50-ms"},
+		{What: "docker with a ready pool: episodes served by a pooled container", Num: "BenchmarkPandasGroupby/docker-pool", Unit: "pool-hits/op"},
 	}},
 	{Name: "pipeline", Pkg: "./cmd/medgym", Bench: "BenchmarkPipelineOverhead", Benchtime: "1x", Show: []ratio{
 		{What: "pipeline overhead per turn, p50 (ms)", Num: "BenchmarkPipelineOverhead", Unit: "overhead-p50-ms"},

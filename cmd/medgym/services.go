@@ -28,6 +28,7 @@ type serviceFlags struct {
 	s3Insecure          bool
 	backend             string
 	warm                int
+	dockerReady         int
 	sandboxConcurrency  int
 	llmConcurrency      int
 	verifierConcurrency int
@@ -54,6 +55,7 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.s3Insecure, "s3-insecure", false, "use plain HTTP for the S3 endpoint")
 	fs.StringVar(&f.backend, "sandbox-backend", "bwrap", "sandbox backend: bwrap or docker")
 	fs.IntVar(&f.warm, "warm", 0, "warm Python interpreters per sandbox worker (0 = cold runs)")
+	fs.IntVar(&f.dockerReady, "docker-ready", 2, "containers the docker sandbox backend keeps ready for new episodes (0: each episode starts its own)")
 	fs.IntVar(&f.sandboxConcurrency, "sandbox-concurrency", 2, "actions run at once by the sandbox worker")
 	fs.IntVar(&f.llmConcurrency, "llm-concurrency", 32, "episode steps run at once by the llm-worker")
 	fs.IntVar(&f.verifierConcurrency, "verifier-concurrency", 32, "episodes scored and stored at once (also the rows per Parquet file)")
@@ -115,7 +117,8 @@ func startServices(ctx context.Context, conn *bus.Conn, f *serviceFlags, llmURL 
 			lim.DiskBytes = -1
 		}
 		return sandboxworker.Run(ctx, conn, sandboxworker.Config{Metrics: metrics,
-			Sandbox:     sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: f.library, Warm: f.warm, Limits: lim},
+			Sandbox: sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: f.library, Warm: f.warm,
+				DockerReady: f.dockerReady, Limits: lim},
 			Concurrency: f.sandboxConcurrency, Worker: host + "/sandbox-worker",
 		}, log.With("service", "sandbox-worker"))
 	})

@@ -34,6 +34,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	data := fs.String("library", envOr(getenv, "MEDGYM_LIBRARY", "build/library"), "generated task library; task resources are mounted read-only from here (env MEDGYM_LIBRARY)")
 	backend := fs.String("backend", "bwrap", "sandbox backend: bwrap or docker")
 	image := fs.String("docker-image", "medgym/sandbox:latest", "image of the docker backend (built by make sandbox-image)")
+	dockerReady := fs.Int("docker-ready", 2, "containers the docker backend keeps started and ready for new episodes (0: each episode starts its own)")
 	workRoot := fs.String("work-root", "", "directory for per-episode workspaces (default: a temp dir)")
 	warm := fs.Int("warm", 0, "warm Python interpreters (0 = cold runs)")
 	seccomp := fs.Bool("seccomp", true, "seccomp syscall filter in the bwrap sandbox (--seccomp=false turns it off)")
@@ -47,16 +48,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "sandbox-worker")
-	log.Info("config", "nats", *natsURL, "data", *data, "backend", *backend, "warm", *warm, "seccomp", *seccomp, "concurrency", *conc)
+	log.Info("config", "nats", *natsURL, "data", *data, "backend", *backend, "warm", *warm, "docker-ready", *dockerReady,
+		"seccomp", *seccomp, "concurrency", *conc)
 	conn, metrics, err := bus.Start(ctx, *natsURL, "sandbox-worker", *metricsAddr, log)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	return service.Run(ctx, conn, service.Config{Metrics: metrics, AckWait: *ackWait,
-		Sandbox: service.SandboxConfig{Backend: *backend, DockerImage: *image, DataRoot: *data, WorkRoot: *workRoot, Warm: *warm,
-			DisableSeccomp: !*seccomp,
-			Limits:         service.Limits{MemoryBytes: int64(*memMB) << 20, DiskBytes: diskBytes(*diskMB)}},
+		Sandbox: service.SandboxConfig{Backend: *backend, DockerImage: *image, DockerReady: *dockerReady,
+			DataRoot: *data, WorkRoot: *workRoot, Warm: *warm, DisableSeccomp: !*seccomp,
+			Limits: service.Limits{MemoryBytes: int64(*memMB) << 20, DiskBytes: diskBytes(*diskMB)}},
 		Concurrency: *conc, Worker: *name,
 	}, log)
 }

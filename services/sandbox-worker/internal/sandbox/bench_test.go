@@ -20,16 +20,19 @@ print(df.groupby("g")["v"].sum().to_dict())
 // does a small groupby, per backend, and prints p50/p95 and the cold/warm
 // ratio. Each episode is new (the realistic first-turn case for cold; for
 // warm it adopts a ready server; for docker it creates the container and
-// waits for its fork server's imports), so -benchtime=20x gives 20 samples.
+// waits for its fork server's imports; for docker-pool it takes a ready
+// container, Config.DockerReady 2), so -benchtime=20x gives 20 samples.
 // Each episode then gets an untimed pause (an agent's think time) and a
 // second turn, reported as "<name>/turn2" (for docker: a child forked by
-// the running container's server).
+// the running container's server). The pools (warm, docker-pool) get an
+// untimed wait for a ready server or container before each episode, and
+// refill while it runs.
 func BenchmarkPandasGroupby(b *testing.B) {
 	type stat struct{ p50, p95 time.Duration }
 	results := map[string]stat{}
 	names := []string{"warm", "cold"}
 	if os.Getenv("MEDGYM_DOCKER") == "1" {
-		names = append(names, "docker")
+		names = append(names, "docker", "docker-pool")
 	}
 	for _, name := range names {
 		mk := backends()[name]
@@ -38,10 +41,16 @@ func BenchmarkPandasGroupby(b *testing.B) {
 			// Let the pool fill and the page cache warm up.
 			exec1(b, s, code(newEpisode(), benchCode, 60))
 			var lat, lat2 []time.Duration
+			hits0 := poolHits(s)
 			for b.Loop() {
-				if name == "warm" {
+				switch name {
+				case "warm":
 					b.StopTimer()
 					waitIdle(s, 5*time.Second)
+					b.StartTimer()
+				case "docker-pool": // a container start takes seconds
+					b.StopTimer()
+					waitIdle(s, time.Minute)
 					b.StartTimer()
 				}
 				ep := newEpisode()
@@ -70,12 +79,15 @@ func BenchmarkPandasGroupby(b *testing.B) {
 			b.ReportMetric(float64(st.p50.Microseconds())/1000, "p50-ms")
 			b.ReportMetric(float64(st.p95.Microseconds())/1000, "p95-ms")
 			b.ReportMetric(float64(lat2[len(lat2)/2].Microseconds())/1000, "turn2-p50-ms")
+			if name == "docker-pool" {
+				b.ReportMetric(float64(poolHits(s)-hits0)/float64(len(lat)), "pool-hits/op")
+			}
 		})
 	}
 	for _, n := range names {
 		for _, k := range []string{n, n + "/turn2"} {
 			if st, ok := results[k]; ok {
-				fmt.Printf("%-12s p50 %8.1f ms   p95 %8.1f ms\n", k, float64(st.p50.Microseconds())/1000, float64(st.p95.Microseconds())/1000)
+				fmt.Printf("%-18s p50 %8.1f ms   p95 %8.1f ms\n", k, float64(st.p50.Microseconds())/1000, float64(st.p95.Microseconds())/1000)
 			}
 		}
 	}
@@ -85,25 +97,44 @@ func BenchmarkPandasGroupby(b *testing.B) {
 	if w, d := results["warm"], results["docker/turn2"]; w.p50 > 0 && d.p50 > 0 {
 		fmt.Printf("docker turn2/warm p50 ratio: %.1fx\n", float64(d.p50)/float64(w.p50))
 	}
+	if d, p := results["docker"], results["docker-pool"]; d.p50 > 0 && p.p50 > 0 {
+		fmt.Printf("docker first turn p50, no pool/pool ratio: %.1fx\n", float64(d.p50)/float64(p.p50))
+	}
 }
 
-// waitIdle waits until the warm pool has a ready server (bounded).
+// waitIdle waits until the warm pool has a ready server, or the docker
+// pool a ready container (bounded).
 func waitIdle(s *Sandbox, d time.Duration) {
-	p, ok := s.run.(*warmPool)
-	if !ok {
+	var ready func() int
+	switch r := s.run.(type) {
+	case *warmPool:
+		ready = func() int {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			n := 0
+			for _, q := range r.idle {
+				n += len(q)
+			}
+			return n
+		}
+	case *dockerRunner:
+		if r.pool == nil {
+			return
+		}
+		ready = func() int { n, _ := r.pool.counts(); return n }
+	default:
 		return
 	}
 	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		p.mu.Lock()
-		n := 0
-		for _, q := range p.idle {
-			n += len(q)
-		}
-		p.mu.Unlock()
-		if n > 0 {
-			return
-		}
+	for time.Now().Before(deadline) && ready() == 0 {
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// poolHits is how many episodes took a ready docker container.
+func poolHits(s *Sandbox) int64 {
+	if d, ok := s.run.(*dockerRunner); ok && d.pool != nil {
+		return d.pool.hits.Load()
+	}
+	return 0
 }

@@ -97,6 +97,11 @@ type Config struct {
 	// DockerImage is the image of the docker backend (see
 	// scripts/sandbox-image.sh); default "medgym/sandbox:latest".
 	DockerImage string
+	// DockerReady is how many containers the docker backend keeps started
+	// and ready for new episodes, in all, for the resource sets used most
+	// recently (see dockerPool); 0 starts every episode's container on
+	// demand.
+	DockerReady int
 }
 
 func (c Config) withDefaults() Config {

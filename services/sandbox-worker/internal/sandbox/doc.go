@@ -18,6 +18,7 @@
 // has pandas, numpy, scipy and sklearn imported, inside the same
 // isolation), and "docker" (a container per episode via the Docker engine
 // API, running the same fork server; forkserver.go is the worker's side of
-// it for both).
+// it for both). With Config.DockerReady > 0 the docker backend keeps
+// containers ready for new episodes (docker_pool.go), one episode each.
 // See SANDBOX.md in the module root for the design and measured numbers.
 package sandbox

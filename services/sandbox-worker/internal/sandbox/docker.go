@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -26,10 +28,13 @@ import (
 // Container labels. medgym.workroot scopes Reap to the containers whose
 // workspaces live in this worker's WorkRoot (a restarted worker on the same
 // root adopts them for reaping; a worker on another root never touches them).
+// A pooled container (dockerPool) has no medgym.episode, since it is created
+// before its episode, but medgym.pool: the token of the runner that made it.
 const (
 	labelEpisode  = "medgym.episode"
 	labelWorker   = "medgym.worker"
 	labelWorkRoot = "medgym.workroot"
+	labelPool     = "medgym.pool"
 )
 
 // dockerBootPath is where the worker's boot.py is bind-mounted (read-only).
@@ -65,10 +70,16 @@ type dockerRunner struct {
 	ctlRoot string // parent (0700) of the containers' control directories
 	limits  Limits
 	worker  string
+	// token is this runner's own: in its pooled containers' labelPool and
+	// in the names of its control and pool directories, so that another
+	// runner on the same WorkRoot (a restarted worker) never takes them
+	// for its own.
+	token   string
 	asRoot  bool
 	seccomp string // profile JSON; "" keeps Docker's default
 	log     *slog.Logger
 	seq     atomic.Int64
+	pool    *dockerPool // nil: Config.DockerReady is 0
 
 	mu   sync.Mutex
 	ctrs map[string]*dockerCtr // by episode
@@ -78,6 +89,12 @@ type dockerCtr struct {
 	id  string
 	key string // resource set it was created with
 	ctl string // host control directory, bound at dockerCtlDir
+	// bound is the host path bound at /work when the container was
+	// created: the episode's workspace, or a pool directory (which is
+	// renamed to the workspace when an episode takes the container). The
+	// engine resolves the path again at each start, so a container whose
+	// directory was renamed is never started again (container).
+	bound string
 	// conn is the connection to the container's fork server (guarded by
 	// dockerRunner.mu); nil: killed or never connected, so the container is
 	// (re)started and connected before its next run.
@@ -114,15 +131,49 @@ func newDockerRunner(ctx context.Context, cfg Config, log *slog.Logger) (runner,
 			return nil, err
 		}
 	}
+	var tok [4]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("sandbox: docker runner token: %w", err)
+	}
 	host, _ := os.Hostname()
-	return &dockerRunner{cli: cli, image: cfg.DockerImage, root: cfg.WorkRoot, meta: meta, ctlRoot: ctlRoot,
-		limits: cfg.Limits, worker: fmt.Sprintf("%d@%s", os.Getpid(), host), asRoot: os.Geteuid() == 0, seccomp: profile,
-		log: log, ctrs: map[string]*dockerCtr{}}, nil
+	d := &dockerRunner{cli: cli, image: cfg.DockerImage, root: cfg.WorkRoot, meta: meta, ctlRoot: ctlRoot,
+		limits: cfg.Limits, worker: fmt.Sprintf("%d@%s", os.Getpid(), host), token: hex.EncodeToString(tok[:]),
+		asRoot: os.Geteuid() == 0, seccomp: profile, log: log, ctrs: map[string]*dockerCtr{}}
+	if cfg.DockerReady > 0 {
+		if d.pool, err = newDockerPool(d, cfg.DockerReady); err != nil {
+			cli.Close()
+			return nil, err
+		}
+	}
+	return d, nil
 }
 
 // prepare creates the workspace and starts the episode's container, so its
-// server's imports are paid before the first action.
+// server's imports are paid before the first action; or, when the pool has
+// a ready container for the episode's resource set, gives it that one.
 func (d *dockerRunner) prepare(episode, path string, mounts []mount) error {
+	if d.pool != nil {
+		if c := d.pool.take(keyOf(mounts)); c != nil {
+			err := d.adopt(episode, path, c)
+			if err == nil {
+				return nil
+			}
+			d.log.Warn("sandbox: docker pool container not adopted; starting one", "episode", episode, "err", err)
+		}
+	}
+	if err := d.makeWorkspace(path); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout+time.Minute)
+	defer cancel()
+	_, _, err := d.container(ctx, episode, path, mounts)
+	return err
+}
+
+// makeWorkspace creates an empty workspace (an episode's, or a pool
+// directory that becomes one) for the sandbox user.
+func (d *dockerRunner) makeWorkspace(path string) error {
 	if err := makeWorkspace(path, d.asRoot); err != nil {
 		return err
 	}
@@ -133,10 +184,7 @@ func (d *dockerRunner) prepare(episode, path string, mounts []mount) error {
 			return fmt.Errorf("workspace: %w", err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout+time.Minute)
-	defer cancel()
-	_, _, err := d.container(ctx, episode, path, mounts)
-	return err
+	return nil
 }
 
 // container returns the episode's container with its running, connected
@@ -158,11 +206,15 @@ func (d *dockerRunner) container(ctx context.Context, episode, workspace string,
 		return c, conn, nil
 	}
 	if c != nil {
-		conn, err := d.start(ctx, c)
-		if err == nil {
-			return c, conn, nil
+		if c.bound == workspace {
+			conn, err := d.start(ctx, c)
+			if err == nil {
+				return c, conn, nil
+			}
+			d.log.Warn("sandbox: docker restart failed; recreating", "episode", episode, "err", err)
 		}
-		d.log.Warn("sandbox: docker restart failed; recreating", "episode", episode, "err", err)
+		// A pooled container binds its pool directory's old path: a
+		// restart would bind whatever is there now, not the workspace.
 		d.remove(episode, c)
 	}
 	c, err := d.create(ctx, episode, workspace, mounts, key)
@@ -179,7 +231,23 @@ func (d *dockerRunner) container(ctx context.Context, episode, workspace string,
 
 // create creates (but does not start) an episode's container.
 func (d *dockerRunner) create(ctx context.Context, episode, workspace string, mounts []mount, key string) (*dockerCtr, error) {
-	ctl := filepath.Join(d.ctlRoot, fmt.Sprintf("c%d", d.seq.Add(1)))
+	c, err := d.newCtr(ctx, workspace, mounts, key,
+		map[string]string{labelEpisode: episode, labelWorker: d.worker, labelWorkRoot: d.root}, 0)
+	if err != nil {
+		return nil, err
+	}
+	// Record it before starting, so a failed start is still removed.
+	d.mu.Lock()
+	d.ctrs[episode] = c
+	d.mu.Unlock()
+	return c, nil
+}
+
+// newCtr creates (but does not start) a container with workspace bound at
+// /work, the resources of mounts read-only under /data and labels.
+// cpuShares is its CPU weight (0: the engine's default, 1024).
+func (d *dockerRunner) newCtr(ctx context.Context, workspace string, mounts []mount, key string, labels map[string]string, cpuShares int64) (*dockerCtr, error) {
+	ctl := filepath.Join(d.ctlRoot, fmt.Sprintf("c%d-%s", d.seq.Add(1), d.token))
 	binds := []string{
 		workspace + ":" + WorkDir + ":rw",
 		filepath.Join(d.meta, "boot.py") + ":" + dockerBootPath + ":ro",
@@ -209,7 +277,7 @@ func (d *dockerRunner) create(ctx context.Context, episode, workspace string, mo
 			WorkingDir:      WorkDir,
 			Hostname:        "sandbox",
 			NetworkDisabled: true,
-			Labels:          map[string]string{labelEpisode: episode, labelWorker: d.worker, labelWorkRoot: d.root},
+			Labels:          labels,
 		},
 		HostConfig: &container.HostConfig{
 			NetworkMode:    "none",
@@ -223,6 +291,7 @@ func (d *dockerRunner) create(ctx context.Context, episode, workspace string, mo
 				Memory:     mem,
 				MemorySwap: mem,
 				NanoCPUs:   int64(d.limits.CPUs * 1e9),
+				CPUShares:  cpuShares,
 				PidsLimit:  &pids,
 				Ulimits: []*container.Ulimit{
 					{Name: "nofile", Soft: int64(d.limits.NoFile), Hard: int64(d.limits.NoFile)},
@@ -235,12 +304,7 @@ func (d *dockerRunner) create(ctx context.Context, episode, workspace string, mo
 	if err != nil {
 		return nil, fmt.Errorf("docker create: %w", err)
 	}
-	c := &dockerCtr{id: res.ID, key: key, ctl: ctl}
-	// Record it before starting, so a failed start is still removed.
-	d.mu.Lock()
-	d.ctrs[episode] = c
-	d.mu.Unlock()
-	return c, nil
+	return &dockerCtr{id: res.ID, key: key, ctl: ctl, bound: workspace}, nil
 }
 
 // start starts a stopped container on an empty control directory and
@@ -328,7 +392,14 @@ func (d *dockerRunner) connect(ctx context.Context, c *dockerCtr) (*net.UnixConn
 	if dl, ok := ctx.Deadline(); ok {
 		wait = time.Until(dl)
 	}
-	if err := awaitReady(conn, wait); err != nil {
+	// The imports take seconds: a canceled start (the pool closing) ends
+	// the wait at once.
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	err := awaitReady(conn, wait)
+	if !stop() {
+		err = context.Cause(ctx)
+	}
+	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("docker: fork server not ready (%v): %s", err, d.logs(c.id))
 	}
@@ -504,7 +575,10 @@ func (d *dockerRunner) release(episode string) {
 }
 
 // reap removes every container of this WorkRoot whose episode is not live.
-// Control directories of containers an earlier worker left went with its
+// A pooled container's episode is known only to the runner that gave it
+// one: this runner's own are looked up (its unassigned ones are the pool's
+// to keep), and those of another runner (an earlier worker) go. Control
+// and pool directories of containers an earlier worker left went with its
 // meta directory at start-up.
 func (d *dockerRunner) reap(live func(string) bool) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -514,10 +588,26 @@ func (d *dockerRunner) reap(live func(string) bool) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("docker reap: %w", err)
 	}
+	d.mu.Lock()
+	episodes := make(map[string]string, len(d.ctrs)) // by container id
+	for ep, c := range d.ctrs {
+		episodes[c.id] = ep
+	}
+	d.mu.Unlock()
 	n := 0
 	for _, s := range res.Items {
-		ep := s.Labels[labelEpisode]
-		if live(ep) {
+		ep, ours := episodes[s.ID]
+		if !ours {
+			ep = s.Labels[labelEpisode]
+		}
+		switch pool, pooled := s.Labels[labelPool]; {
+		case ours:
+		case pooled && pool == d.token:
+			continue // ready in the pool, or being started for it
+		case pooled:
+			ep = "" // another runner's: its episode, if any, is unknown here
+		}
+		if ep != "" && live(ep) {
 			continue
 		}
 		d.mu.Lock()
@@ -539,6 +629,9 @@ func (d *dockerRunner) reap(live func(string) bool) (int, error) {
 }
 
 func (d *dockerRunner) close() error {
+	if d.pool != nil {
+		d.pool.close()
+	}
 	d.mu.Lock()
 	ctrs := d.ctrs
 	d.ctrs = map[string]*dockerCtr{}
@@ -548,6 +641,9 @@ func (d *dockerRunner) close() error {
 		wg.Go(func() { d.discard(c) })
 	}
 	wg.Wait()
+	if d.pool != nil {
+		d.sweepPool()
+	}
 	return d.cli.Close()
 }
 

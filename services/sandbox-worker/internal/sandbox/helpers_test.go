@@ -67,6 +67,7 @@ func backends() map[string]constructor {
 	b := map[string]constructor{"cold": newWith(0), "warm": newWith(1)}
 	if os.Getenv("MEDGYM_DOCKER") == "1" {
 		b["docker"] = newDocker
+		b["docker-pool"] = dockerWith(2)
 	}
 	return b
 }
