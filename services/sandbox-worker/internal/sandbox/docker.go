@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -490,14 +489,14 @@ func (d *dockerRunner) run(ctx context.Context, spec runSpec) (runOutput, error)
 			return runOutput{}, err
 		}
 	}
-	oom0 := cgroupCount(c.id, "memory", "memory.oom_control", "oom_kill ")
-	pids0 := cgroupCount(c.id, "pids", "pids.events", "max ")
+	oom0 := containerCount(cgroupRoot, c.id, ctrOOMKills)
+	pids0 := containerCount(cgroupRoot, c.id, ctrPidsMax)
 	fc := forkClient{conn: conn, limits: d.limits, kill: func() { d.killID(c.id) }}
 	out, broken, err := fc.run(ctx, spec)
-	if n := cgroupCount(c.id, "memory", "memory.oom_control", "oom_kill "); oom0 >= 0 && n > oom0 {
+	if n := containerCount(cgroupRoot, c.id, ctrOOMKills); oom0 >= 0 && n > oom0 {
 		out.oom = true
 	}
-	if n := cgroupCount(c.id, "pids", "pids.events", "max "); pids0 >= 0 && n > pids0 {
+	if n := containerCount(cgroupRoot, c.id, ctrPidsMax); pids0 >= 0 && n > pids0 {
 		out.pidsHit = true
 	}
 	if broken {
@@ -509,18 +508,27 @@ func (d *dockerRunner) run(ctx context.Context, spec runSpec) (runOutput, error)
 	return out, nil
 }
 
-// cgroupCount reads the counter named by prefix (e.g. "oom_kill ") from
-// file of a container's v1 cgroup of controller ctl, when the engine runs
-// on this host with the cgroupfs driver; -1 otherwise.
-func cgroupCount(id, ctl, file, prefix string) int64 {
-	b, err := os.ReadFile(filepath.Join(cgroupRoot, ctl, "docker", id, file))
-	if err != nil {
-		return -1
-	}
-	for l := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, prefix); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n
+// ctrCounter names a counter of a container's cgroup: its v1 controller
+// and file, its v2 file, and its key in them.
+type ctrCounter struct{ v1ctl, v1file, v2file, key string }
+
+var (
+	ctrOOMKills = ctrCounter{"memory", "memory.oom_control", "memory.events", "oom_kill"}
+	ctrPidsMax  = ctrCounter{"pids", "pids.events", "pids.events", "max"}
+)
+
+// containerCount reads a counter of a container's cgroup when the engine
+// runs on this host: v1 with the cgroupfs driver (<ctl>/docker/<id>), v2
+// with the cgroupfs driver (docker/<id>) or the systemd one
+// (system.slice/docker-<id>.scope). -1 when none is there.
+func containerCount(root, id string, c ctrCounter) int64 {
+	for _, f := range []string{
+		filepath.Join(root, c.v1ctl, "docker", id, c.v1file),
+		filepath.Join(root, "docker", id, c.v2file),
+		filepath.Join(root, "system.slice", "docker-"+id+".scope", c.v2file),
+	} {
+		if _, err := os.Stat(f); err == nil {
+			return readKey(f, c.key)
 		}
 	}
 	return -1
