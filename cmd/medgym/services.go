@@ -40,6 +40,7 @@ type serviceFlags struct {
 	debuggerModel       string
 	debuggerKeyEnv      string
 	memoryMB            int
+	requireCgroups      bool
 	diskMB              int
 	logLevel            string
 	metricsAddr         string
@@ -56,6 +57,7 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.backend, "sandbox-backend", "bwrap", "sandbox backend: bwrap or docker")
 	fs.IntVar(&f.warm, "warm", 0, "warm Python interpreters per sandbox worker (0 = cold runs)")
 	fs.IntVar(&f.dockerReady, "docker-ready", 2, "containers the docker sandbox backend keeps ready for new episodes (0: each episode starts its own)")
+	fs.BoolVar(&f.requireCgroups, "require-cgroups", false, "bwrap sandbox: refuse to start without per-run cgroups instead of falling back to rlimits")
 	fs.IntVar(&f.sandboxConcurrency, "sandbox-concurrency", 2, "actions run at once by the sandbox worker")
 	fs.IntVar(&f.llmConcurrency, "llm-concurrency", 32, "episode steps run at once by the llm-worker")
 	fs.IntVar(&f.verifierConcurrency, "verifier-concurrency", 32, "episodes scored and stored at once (also the rows per Parquet file)")
@@ -118,7 +120,7 @@ func startServices(ctx context.Context, conn *bus.Conn, f *serviceFlags, llmURL 
 		}
 		return sandboxworker.Run(ctx, conn, sandboxworker.Config{Metrics: metrics,
 			Sandbox: sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: f.library, Warm: f.warm,
-				DockerReady: f.dockerReady, Limits: lim},
+				DockerReady: f.dockerReady, RequireCgroups: f.requireCgroups, Limits: lim},
 			Concurrency: f.sandboxConcurrency, Worker: host + "/sandbox-worker",
 		}, log.With("service", "sandbox-worker"))
 	})

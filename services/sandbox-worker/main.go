@@ -38,6 +38,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	workRoot := fs.String("work-root", "", "directory for per-episode workspaces (default: a temp dir)")
 	warm := fs.Int("warm", 0, "warm Python interpreters (0 = cold runs)")
 	seccomp := fs.Bool("seccomp", true, "seccomp syscall filter in the bwrap sandbox (--seccomp=false turns it off)")
+	requireCg := fs.Bool("require-cgroups", getenv("MEDGYM_REQUIRE_CGROUPS") == "1", "bwrap backend: refuse to start without per-run cgroups (v1, or v2 with memory, pids and cpu delegated) instead of falling back to rlimits (env MEDGYM_REQUIRE_CGROUPS=1)")
 	conc := fs.Int("concurrency", 2, "actions at once")
 	memMB := fs.Int("memory-mb", 2048, "memory limit of one run")
 	diskMB := fs.Int64("disk-mb", 1024, "workspace disk quota of one episode; a run that grows it past this is killed (-1: none)")
@@ -49,7 +50,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "sandbox-worker")
 	log.Info("config", "nats", *natsURL, "data", *data, "backend", *backend, "warm", *warm, "docker-ready", *dockerReady,
-		"seccomp", *seccomp, "concurrency", *conc)
+		"seccomp", *seccomp, "require-cgroups", *requireCg, "concurrency", *conc)
 	conn, metrics, err := bus.Start(ctx, *natsURL, "sandbox-worker", *metricsAddr, log)
 	if err != nil {
 		return err
@@ -57,7 +58,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	defer conn.Close()
 	return service.Run(ctx, conn, service.Config{Metrics: metrics, AckWait: *ackWait,
 		Sandbox: service.SandboxConfig{Backend: *backend, DockerImage: *image, DockerReady: *dockerReady,
-			DataRoot: *data, WorkRoot: *workRoot, Warm: *warm, DisableSeccomp: !*seccomp,
+			DataRoot: *data, WorkRoot: *workRoot, Warm: *warm, DisableSeccomp: !*seccomp, RequireCgroups: *requireCg,
 			Limits: service.Limits{MemoryBytes: int64(*memMB) << 20, DiskBytes: diskBytes(*diskMB)}},
 		Concurrency: *conc, Worker: *name,
 	}, log)

@@ -42,6 +42,12 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 			log.Warn("close sandbox", "err", err)
 		}
 	}()
+	st := sb.Stats()
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Registry.Register(newSandboxCollector(sb)); err != nil {
+			return fmt.Errorf("sandbox-worker: metrics: %w", err)
+		}
+	}
 	// Sandboxes left by an earlier process of this worker have no live
 	// episode here: remove them before taking work.
 	if n, err := sb.Reap(func(string) bool { return false }); err != nil {
@@ -85,7 +91,8 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 			Subject: schemas.ActionRequested, AckWait: cfg.AckWait}}, h); err != nil {
 		return err
 	}
-	log.Info("sandbox-worker running", "worker", cfg.Worker, "backend", cfg.Sandbox.Backend, "concurrency", cfg.Concurrency)
+	log.Info("sandbox-worker running", "worker", cfg.Worker, "backend", st.Backend, "limits", st.Limits,
+		"seccomp", st.Seccomp, "concurrency", cfg.Concurrency)
 	return rt.Run(ctx)
 }
 

@@ -94,6 +94,11 @@ type Config struct {
 	// seccomp.go and SANDBOX.md), which is on by default. The docker
 	// backend always has Docker's own default profile.
 	DisableSeccomp bool
+	// RequireCgroups makes New fail when the bwrap backend cannot give each
+	// run its own cgroup (v1, or v2 with the controllers delegated), rather
+	// than warn and rely on rlimits, which do not bound shared memory or
+	// CPU share. The docker backend's limits are the engine's.
+	RequireCgroups bool
 	// DockerImage is the image of the docker backend (see
 	// scripts/sandbox-image.sh); default "medgym/sandbox:latest".
 	DockerImage string

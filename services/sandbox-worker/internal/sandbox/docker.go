@@ -100,6 +100,13 @@ type dockerCtr struct {
 	conn *net.UnixConn
 }
 
+func (d *dockerRunner) poolStats() (hits, misses int64, ready int) {
+	if d.pool == nil {
+		return 0, 0, 0
+	}
+	return d.pool.stats()
+}
+
 func newDockerRunner(ctx context.Context, cfg Config, log *slog.Logger) (runner, error) {
 	cli, err := client.New(client.FromEnv)
 	if err != nil {

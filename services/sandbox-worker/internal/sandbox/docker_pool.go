@@ -334,3 +334,10 @@ func serverAlive(conn *net.UnixConn) bool {
 	})
 	return alive
 }
+
+func (p *dockerPool) stats() (hits, misses int64, ready int) {
+	p.mu.Lock()
+	ready = queued(p.idle)
+	p.mu.Unlock()
+	return p.hits.Load(), p.misses.Load(), ready
+}

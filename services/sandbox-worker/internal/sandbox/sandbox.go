@@ -43,6 +43,7 @@ type Sandbox struct {
 	stop     chan struct{}
 	done     chan struct{}
 	cgParent *cgroupParent
+	results  counts
 }
 
 type episode struct {
@@ -200,9 +201,12 @@ func (s *Sandbox) newBwrap(ctx context.Context) (runner, error) {
 		base.seccomp = prog
 	}
 	cg, err := detectCgroups()
-	if err != nil {
-		s.log.Warn("sandbox: cgroup limits unavailable, falling back to rlimits only", "err", err)
-	} else {
+	switch {
+	case err != nil && s.cfg.RequireCgroups:
+		return nil, fmt.Errorf("sandbox: cgroup limits are required (Config.RequireCgroups) but unavailable: %w", err)
+	case err != nil:
+		s.log.Warn("sandbox: cgroup limits unavailable, falling back to rlimits only (shared memory and CPU share are then unbounded)", "err", err)
+	default:
 		s.log.Debug("sandbox: cgroup limits", "version", cg.version(), "cgroups", cg.dirs())
 		base.cg, s.cgParent = cg, cg
 	}
@@ -266,6 +270,7 @@ func (s *Sandbox) Execute(ctx context.Context, req schemas.ActionRequest) (schem
 			continue
 		}
 		res := s.executeLocked(ctx, e, req)
+		s.results.add(res.Status)
 		e.lastUsed = time.Now()
 		e.mu.Unlock()
 		return res, nil

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -34,6 +35,8 @@ type warmPool struct {
 	closed bool
 	kick   chan struct{}
 	wg     sync.WaitGroup
+
+	hits, misses atomic.Int64 // new episodes that found a ready server, or none
 }
 
 // server is one running fork server.
@@ -227,8 +230,10 @@ func (p *warmPool) prepare(episode, path string, mounts []mount) error {
 	p.touchKey(k)
 	p.mu.Unlock()
 	if srv == nil {
+		p.misses.Add(1)
 		return makeWorkspace(path, p.asRoot)
 	}
+	p.hits.Add(1)
 	if err := os.Rename(srv.dir, path); err != nil {
 		srv.stop()
 		_ = os.RemoveAll(srv.dir)
@@ -239,6 +244,13 @@ func (p *warmPool) prepare(episode, path string, mounts []mount) error {
 	p.bound[episode] = srv
 	p.mu.Unlock()
 	return nil
+}
+
+func (p *warmPool) poolStats() (hits, misses int64, ready int) {
+	p.mu.Lock()
+	ready = queued(p.idle)
+	p.mu.Unlock()
+	return p.hits.Load(), p.misses.Load(), ready
 }
 
 // touchKey records k as the most recently used resource set, evicts the

@@ -1,0 +1,79 @@
+package sandbox
+
+import "sync"
+
+// Stats is what a Sandbox is and has done, for metrics and logs.
+type Stats struct {
+	Backend string // BackendBwrap or BackendDocker
+	// Limits says what bounds a run's memory, processes and CPU: "cgroup-v1"
+	// or "cgroup-v2" (bwrap with cgroups), "rlimits" (bwrap without: shared
+	// memory and CPU quota are then unbounded), "docker" (the engine's).
+	Limits  string
+	Seccomp bool
+	// Actions counts the results returned by Execute, by ExecResult status.
+	Actions map[string]int64
+	// PoolHits and PoolMisses count the new episodes that found a ready
+	// fork server (warm pool) or container (docker pool), or found none.
+	// PoolReady is how many are ready now. All 0 without a pool.
+	PoolHits, PoolMisses int64
+	PoolReady            int
+	// Episodes is the number of live workspaces.
+	Episodes int
+}
+
+// pooled is a runner with a pool of ready sandboxes.
+type pooled interface {
+	poolStats() (hits, misses int64, ready int)
+}
+
+// queued counts the ready servers or containers of a pool's queues.
+func queued[T any](idle map[string][]T) int {
+	n := 0
+	for _, q := range idle {
+		n += len(q)
+	}
+	return n
+}
+
+// counts is a Sandbox's tally of results by status.
+type counts struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+func (c *counts) add(status string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]int64{}
+	}
+	c.m[status]++
+}
+
+func (c *counts) snapshot() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int64, len(c.m))
+	for k, v := range c.m {
+		out[k] = v
+	}
+	return out
+}
+
+// Stats returns a snapshot of the sandbox's configuration and counters.
+func (s *Sandbox) Stats() Stats {
+	st := Stats{Backend: s.cfg.Backend, Limits: "docker", Seccomp: !s.cfg.DisableSeccomp, Actions: s.results.snapshot()}
+	if s.cfg.Backend == BackendBwrap {
+		st.Limits = "rlimits"
+		if s.cgParent != nil {
+			st.Limits = "cgroup-" + s.cgParent.version()
+		}
+	}
+	if p, ok := s.run.(pooled); ok {
+		st.PoolHits, st.PoolMisses, st.PoolReady = p.poolStats()
+	}
+	s.mu.Lock()
+	st.Episodes = len(s.episodes)
+	s.mu.Unlock()
+	return st
+}
