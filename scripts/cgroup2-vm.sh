@@ -2,8 +2,8 @@
 # cgroup2-vm.sh runs the sandbox's cgroup tests on a cgroup v2 (unified)
 # host: a QEMU virtual machine booting Debian's kernel with this machine's
 # root file system shared read-only over 9p, the v2 hierarchy mounted at
-# /sys/fs/cgroup and the test process in a delegated, non-root cgroup (as a
-# systemd service with Delegate=yes would be). Most hosts are v2 now; a v1
+# /sys/fs/cgroup and the test process alone in a delegated, non-root cgroup
+# (as a systemd service with Delegate=yes would be). Most hosts are v2 now; a v1
 # host (or one whose controllers are all bound to v1) cannot test that
 # path itself.
 #
@@ -24,7 +24,7 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 patterns=("$@")
 if [ "${#patterns[@]}" = 0 ]; then
-  patterns=('^(TestCgroupLimits|TestCgroupV2Delegation|TestStaleCgroupsReaped)$'
+  patterns=('^(TestCgroupLimits|TestCgroupV2Delegation|TestStaleCgroupsReaped|TestVacate)$'
     '^TestAbuse$/^cold$/^(shared_memory_bomb|fork_bomb|background_processes_die_with_the_run)$')
 fi
 pkg=services/sandbox-worker/internal/sandbox
@@ -71,10 +71,7 @@ mkdir -p \$R/dev/pts \$R/dev/shm; mount -t devpts devpts \$R/dev/pts; mount -t t
 mount -t tmpfs tmp \$R/tmp; mount -t tmpfs run \$R/run
 mount -t cgroup2 cgroup2 \$R/sys/fs/cgroup
 mkdir \$R/tmp/out; mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 out \$R/tmp/out
-# A delegated cgroup with processes in it, as a systemd service gets.
 echo "+memory +pids +cpu" > \$R/sys/fs/cgroup/cgroup.subtree_control
-mkdir \$R/sys/fs/cgroup/medgym-test.service
-echo \$\$ > \$R/sys/fs/cgroup/medgym-test.service/cgroup.procs
 # switch_root, not chroot: a chrooted process may not create user
 # namespaces, which bwrap needs. The script ends as pid 1, so the kernel
 # panics and (panic=-1, -no-reboot) QEMU exits.
@@ -92,8 +89,13 @@ echo "kernel \$(uname -r), cgroup of the test: \$(cat /proc/self/cgroup)"
 cd '$repo/$pkg'
 rc=0
 EOF
+# Each run of the tests starts in a delegated cgroup of its own, as a
+# systemd service with Delegate=yes does, holding only the test process.
+n=0
 for p in "${patterns[@]}"; do
-  echo "/tmp/out/sandbox.test -test.run '$p' -test.count=1 -test.timeout=${MEDGYM_VM_TEST_TIMEOUT:-6m} -test.v || rc=1" >>"$work/out/run.sh"
+  n=$((n + 1))
+  svc=/sys/fs/cgroup/medgym-test-$n.service
+  echo "mkdir $svc; sh -c 'echo \$\$ > $svc/cgroup.procs && exec \"\$@\"' sh /tmp/out/sandbox.test -test.run '$p' -test.count=1 -test.timeout=${MEDGYM_VM_TEST_TIMEOUT:-6m} -test.v || rc=1" >>"$work/out/run.sh"
 done
 echo 'exit $rc' >>"$work/out/run.sh"
 

@@ -109,8 +109,8 @@ func workerLeaf(pid int) string { return fmt.Sprintf("medgym-worker-%d", pid) }
 // createV2 sets up <mount><path>/name with the memory, pids and cpu
 // controllers enabled for its children. The worker's cgroup must have them
 // (a delegated cgroup: systemd's Delegate=yes, a container's own cgroup
-// namespace). When the worker's cgroup holds processes, they are moved to a
-// leaf cgroup beside the sandboxes' (workerLeaf): their limits do not
+// namespace). The worker and its children are first moved to a leaf beside
+// the sandboxes' cgroups (workerLeaf, see vacate): their limits do not
 // change, since the leaf is inside the same cgroup.
 func createV2(mount, path, name string) (*cgroupParent, error) {
 	dir := filepath.Join(mount, path)
@@ -172,13 +172,32 @@ func enableControllers(dir string) error {
 	return nil
 }
 
-// vacate moves every process of dir into its workerLeaf child.
+// vacate moves the worker, and the children it has started, out of dir
+// into its workerLeaf child. Any other process in dir is not the worker's
+// to move (a login session's shell, a container's init): then dir is not
+// delegated to the worker alone, and vacate says so.
 func vacate(dir string) error {
-	leaf := filepath.Join(dir, workerLeaf(os.Getpid()))
+	self := os.Getpid()
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return err
+	}
+	var others []string
+	for _, f := range strings.Fields(string(b)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil || (pid != self && parentPid(pid) != self) {
+			others = append(others, f)
+		}
+	}
+	if len(others) > 0 {
+		return fmt.Errorf("the worker's cgroup %s also holds processes that are not the worker's (%s): run it in a cgroup of its own, with memory, pids and cpu delegated (systemd Delegate=yes, `systemd-run --scope -p Delegate=yes`, or as a container's only process)", dir, strings.Join(others, " "))
+	}
+	leaf := filepath.Join(dir, workerLeaf(self))
 	if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	// Processes may fork while they are moved: go round until none is left.
+	// The worker's children may fork while they are moved: go round until
+	// none is left.
 	for range 100 {
 		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 		if err != nil {
@@ -196,6 +215,22 @@ func vacate(dir string) error {
 		}
 	}
 	return fmt.Errorf("processes keep appearing in %s", dir)
+}
+
+// parentPid is pid's parent process id (0 when pid is gone).
+func parentPid(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(fields[1])
+	return ppid
 }
 
 // selfCgroups maps each v1 controller to this process's cgroup path, and

@@ -299,3 +299,66 @@ func countProcs(t *testing.T, cg *cgroup) int {
 	}
 	return len(strings.Fields(string(b)))
 }
+
+// TestVacate: on v2 the worker moves itself and its own children out of
+// its cgroup, but never a process that is not its own (a login shell that
+// shares a session scope): it then refuses, naming the process.
+func TestVacate(t *testing.T) {
+	p := requireCgroups(t)
+	if p.v2 == "" {
+		t.Skip("cgroup v1 host (scripts/cgroup2-vm.sh runs this on v2)")
+	}
+	svc := filepath.Dir(p.v2)
+	mk := func(name string) string {
+		d := filepath.Join(svc, name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			(&cgroupParent{v2: d}).remove()
+			(&cgroup{dirs: []string{d}, v2: true}).destroy()
+		})
+		return d
+	}
+	put := func(dir string, pid int) {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Our own child moves with us.
+	own := mk("vacate-own")
+	child := exec.Command("/bin/sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Process.Kill()
+	put(own, child.Process.Pid)
+	if err := vacate(own); err != nil {
+		t.Fatalf("vacate with only our child: %v", err)
+	}
+	b, _ := os.ReadFile(filepath.Join(own, workerLeaf(os.Getpid()), "cgroup.procs"))
+	if strings.TrimSpace(string(b)) != strconv.Itoa(child.Process.Pid) {
+		t.Fatalf("leaf holds %q, want our child %d", b, child.Process.Pid)
+	}
+
+	// An orphan (reparented away from us) is not ours to move.
+	foreign := mk("vacate-foreign")
+	out, err := exec.Command("/bin/sh", "-c", "/bin/sleep 60 >/dev/null 2>&1 & echo $!").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+	defer syscall.Kill(orphan, syscall.SIGKILL)
+	put(foreign, orphan)
+	b, _ = os.ReadFile(filepath.Join(foreign, "cgroup.procs"))
+	t.Logf("orphan %d, parent %d, %s holds %q", orphan, parentPid(orphan), foreign, b)
+	err = vacate(foreign)
+	if err == nil || !strings.Contains(err.Error(), strconv.Itoa(orphan)) {
+		t.Fatalf("vacate with a foreign process: err = %v, want a refusal naming %d", err, orphan)
+	}
+	b, _ = os.ReadFile(filepath.Join(foreign, "cgroup.procs"))
+	if strings.TrimSpace(string(b)) != strconv.Itoa(orphan) {
+		t.Fatalf("the foreign process was moved: %s holds %q", foreign, b)
+	}
+}
