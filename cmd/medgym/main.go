@@ -22,6 +22,7 @@ Usage:
   medgym serve    [flags]   run every service in one process against --nats
   medgym tasks    stats|show|verify|list [flags]
   medgym sandbox  exec [flags] < code.py
+  medgym sandbox  info [--backend bwrap|docker]   the isolation a run gets, probed from inside
   medgym query    --store DIR "SQL"
   medgym replay   --store DIR --run ID [flags]   re-execute a run's actions, re-score it, report changes
   medgym report   --store DIR --run ID [--out DIR]   Markdown + SVG report of a run

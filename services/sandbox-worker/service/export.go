@@ -36,3 +36,7 @@ func (s *Sandbox) Release(episodeID string) error { return s.sb.Release(episodeI
 
 // Close releases every workspace and the work root if Open created it.
 func (s *Sandbox) Close() error { return s.sb.Close() }
+
+// Stats says what isolation the sandbox has (backend, what bounds a run's
+// resources, seccomp) and what it has done.
+func (s *Sandbox) Stats() sandbox.Stats { return s.sb.Stats() }
