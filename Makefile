@@ -11,14 +11,15 @@ SERVICES := dispatcher llm-worker sandbox-worker verifier trainer
 
 all: build
 
-## setup: install Debian packages and test servers (idempotent)
+## setup: install Debian packages and nats-server (the scaling benchmarks use it); idempotent.
+## The MinIO test server (a 3.5-minute build) comes with setup-test.
 setup:
-	scripts/setup.sh
+	SKIP_MINIO=1 scripts/setup.sh
 
 ## setup-test: setup plus the Docker engine and the sandbox image the Docker tests use,
 ## and QEMU with a kernel for the cgroup v2 tests
 setup-test:
-	WITH_DOCKER=1 WITH_VM=1 scripts/setup.sh
+	WITH_DOCKER=1 WITH_VM=1 SKIP_MINIO=0 scripts/setup.sh
 	scripts/docker.sh start
 	scripts/sandbox-image.sh
 
