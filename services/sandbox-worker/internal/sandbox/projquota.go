@@ -218,12 +218,19 @@ func (s *Sandbox) setupDiskQuota() {
 // watchLimit binds the workspace to its project quota and returns the
 // limit for the watcher: 0 (no watch) when the kernel enforces the quota.
 // A workspace the quota cannot bind is watched, as without project quotas.
+// So is every docker workspace: its code runs in the initial user
+// namespace, where the owner of a file may change its project id (bwrap's
+// runs are in a user namespace of their own, where the kernel refuses
+// that), and so could move its files out of the quota.
 func (s *Sandbox) watchLimit(workspace string) int64 {
 	if s.quota == nil {
 		return s.cfg.Limits.DiskBytes
 	}
 	if _, err := s.quota.bind(workspace); err != nil {
 		s.log.Warn("sandbox: workspace has no project quota; the watcher bounds it", "workspace", workspace, "err", err)
+		return s.cfg.Limits.DiskBytes
+	}
+	if s.cfg.Backend == BackendDocker {
 		return s.cfg.Limits.DiskBytes
 	}
 	return 0

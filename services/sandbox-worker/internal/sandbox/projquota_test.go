@@ -135,6 +135,14 @@ except OSError as e:
 			if r.Status != schemas.StatusOK || strings.TrimSpace(r.Stdout) != "clean" {
 				t.Fatalf("writing again after deleting files: %+v", r)
 			}
+			// The code cannot move its files out of the project (bwrap runs
+			// it in a user namespace of its own, where the kernel refuses).
+			r = exec1(t, s, code(ep, escapeSrc, 20))
+			t.Logf("changing the project id from inside:\n%s", r.Stdout)
+			if r.Status != schemas.StatusOK || strings.Count(r.Stdout, "refused") != 2 || strings.Contains(r.Stdout, "projid 0 ") ||
+				!strings.Contains(r.Stdout, "/work projid") || !strings.Contains(r.Stdout, "inherit True") {
+				t.Fatalf("changing the workspace's project id from inside: %s %q", r.Status, r.Message)
+			}
 			// A second episode has a quota of its own.
 			r = exec1(t, s, code(newEpisode(), "import os\nopen('/work/x', 'wb').write(os.urandom(12 << 20))\nprint('ok')", 20))
 			if r.Status != schemas.StatusOK {
@@ -143,6 +151,24 @@ except OSError as e:
 		})
 	}
 }
+
+// escapeSrc tries to give the workspace and a file in it project id 0
+// (FS_IOC_FSSETXATTR), which would take them out of the quota.
+const escapeSrc = `import fcntl, os, struct
+open('/work/mine', 'w').close()
+for path in ('/work', '/work/mine'):
+    fd = os.open(path, os.O_RDONLY)
+    b = bytearray(28)
+    fcntl.ioctl(fd, 0x801c581f, b)
+    x = list(struct.unpack('5I8s', b))
+    print(path, 'projid', x[3], 'inherit', bool(x[0] & 0x200))
+    x[3] = 0
+    try:
+        fcntl.ioctl(fd, 0x401c5820, struct.pack('5I8s', *x))
+        print('changed')
+    except OSError as e:
+        print('refused', e)
+`
 
 // prjquotaRoot loop-mounts a new ext4 with project quotas enforced and
 // returns a WorkRoot on it. It skips without root, or when the image
