@@ -10,7 +10,9 @@
 #   scripts/cgroup2-vm.sh [TEST_REGEXP...]
 #
 # Without arguments it runs the cgroup tests, then the cold backend's abuse
-# cases that only cgroups contain (shared memory, fork bomb, leftovers).
+# cases that only cgroups contain (shared memory, fork bomb, leftovers),
+# then the project quota test (Debian's kernel has the ext4 quota support
+# that some hosts' kernels lack; its modules are loaded in the VM).
 # The VM is about 10x slower than the host (emulated): too slow for the
 # warm pool's imports and for the timing of the other abuse cases.
 #
@@ -25,7 +27,8 @@ repo=$(pwd)
 patterns=("$@")
 if [ "${#patterns[@]}" = 0 ]; then
   patterns=('^(TestCgroupLimits|TestCgroupV2Delegation|TestStaleCgroupsReaped|TestVacate)$'
-    '^TestAbuse$/^cold$/^(shared_memory_bomb|fork_bomb|background_processes_die_with_the_run)$')
+    '^TestAbuse$/^cold$/^(shared_memory_bomb|fork_bomb|background_processes_die_with_the_run)$'
+    '^TestProjectQuota$/^cold$')
 fi
 pkg=services/sandbox-worker/internal/sandbox
 
@@ -43,10 +46,13 @@ work=$(mktemp -d /tmp/medgym-vm.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work"/init/{bin,mod,proc,sys,dev,host} "$work/out"
 cp "$busybox" "$work/init/bin/busybox"
-# 9p over virtio, in load order.
+# 9p over virtio, then ext4 with quotas and loop devices (the project
+# quota tests), in load order.
 order="drivers/virtio/virtio_ring drivers/virtio/virtio drivers/virtio/virtio_pci_legacy_dev
   drivers/virtio/virtio_pci_modern_dev drivers/virtio/virtio_pci fs/netfs/netfs fs/fscache/fscache
-  net/9p/9pnet net/9p/9pnet_virtio fs/9p/9p"
+  net/9p/9pnet net/9p/9pnet_virtio fs/9p/9p
+  lib/crc16 crypto/crc32c_generic fs/mbcache fs/jbd2/jbd2 fs/ext4/ext4 fs/quota/quota_tree fs/quota/quota_v2
+  drivers/block/loop"
 names=""
 for m in $order; do
   n=$(basename "$m")

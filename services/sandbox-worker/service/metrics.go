@@ -17,8 +17,8 @@ type sandboxCollector struct {
 func newSandboxCollector(sb *sandbox.Sandbox) *sandboxCollector {
 	return &sandboxCollector{sb: sb,
 		info: prometheus.NewDesc("medgym_sandbox_info",
-			"The sandbox's backend, what bounds a run's memory/processes/CPU (cgroup-v1, cgroup-v2, rlimits, docker) and whether seccomp is on; always 1.",
-			[]string{"backend", "limits", "seccomp"}, nil),
+			"The sandbox's backend, what bounds a run's memory/processes/CPU (cgroup-v1, cgroup-v2, rlimits, docker), whether seccomp is on and what bounds a workspace's size (project, watcher, off); always 1.",
+			[]string{"backend", "limits", "seccomp", "disk_quota"}, nil),
 		actions: prometheus.NewDesc("medgym_sandbox_actions_total",
 			"Actions executed, by result status (ok, error, timeout, killed, sandbox_error, info).", []string{"status"}, nil),
 		pool: prometheus.NewDesc("medgym_sandbox_pool_episodes_total",
@@ -38,7 +38,7 @@ func (c *sandboxCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *sandboxCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.sb.Stats()
-	ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, st.Backend, st.Limits, strconv.FormatBool(st.Seccomp))
+	ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, st.Backend, st.Limits, strconv.FormatBool(st.Seccomp), st.DiskQuota)
 	for status, n := range st.Actions {
 		ch <- prometheus.MustNewConstMetric(c.actions, prometheus.CounterValue, float64(n), status)
 	}

@@ -61,7 +61,7 @@ func TestSandboxMetrics(t *testing.T) {
 	}
 	info := got["medgym_sandbox_info"]
 	if len(info) != 1 || label(info[0], "backend") != "bwrap" || label(info[0], "limits") != sb.Stats().Limits ||
-		label(info[0], "seccomp") != "true" {
+		label(info[0], "seccomp") != "true" || label(info[0], "disk_quota") != sb.Stats().DiskQuota {
 		t.Fatalf("medgym_sandbox_info = %v", info)
 	}
 	if eps := got["medgym_sandbox_episodes"]; len(eps) != 1 || eps[0].GetGauge().GetValue() != 3 {

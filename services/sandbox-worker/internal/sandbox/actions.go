@@ -103,7 +103,7 @@ func (s *Sandbox) action(ctx context.Context, req schemas.ActionRequest, a schem
 		return sandboxError(err)
 	}
 	spec.mounts = m
-	rctx, stop := watchDisk(ctx, spec.workspace, s.cfg.Limits.DiskBytes)
+	rctx, stop := watchDisk(ctx, spec.workspace, s.watchLimit(spec.workspace))
 	out, err := s.run.run(rctx, spec)
 	stop()
 	if errors.Is(err, errDiskQuota) && ctx.Err() == nil {
@@ -176,6 +176,9 @@ func (s *Sandbox) result(out runOutput, spec runSpec, code string) schemas.ExecR
 		r.Message = combined
 		if out.pidsHit {
 			r.Message += fmt.Sprintf("\nNote: the process limit (%d) was reached.", s.cfg.Limits.Pids)
+		}
+		if s.quota != nil && strings.Contains(combined, edquotText) {
+			r.Message += fmt.Sprintf("\nNote: the workspace (%s) is limited to %d MiB on disk. Delete files to go on.", WorkDir, s.cfg.Limits.DiskBytes>>20)
 		}
 		return r
 	}

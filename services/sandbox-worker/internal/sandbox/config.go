@@ -25,7 +25,7 @@ type Limits struct {
 	CPUSeconds    int           // CPU time (rlimit); exceeding it is reported as a timeout
 	CPUs          float64       // CPU quota (cgroup cfs quota), e.g. 1.0
 	FileSizeBytes int64         // largest file a run may write (rlimit fsize)
-	DiskBytes     int64         // workspace size; a run that grows it past this is killed
+	DiskBytes     int64         // workspace size: a project quota (EDQUOT past it) where WorkRoot's file system has them, else a run that grows it past this is killed; < 0: none
 	OutputBytes   int           // cap for stdout and for stderr, each
 	NoFile        int           // open files (rlimit nofile)
 	WallTimeout   time.Duration // used when ActionRequest.TimeoutSec is 0

@@ -44,6 +44,10 @@ type Sandbox struct {
 	done     chan struct{}
 	cgParent *cgroupParent
 	results  counts
+	// quota sets the workspaces' project quotas; nil when diskQuota is
+	// not DiskQuotaProject.
+	quota     *projectQuota
+	diskQuota string
 }
 
 type episode struct {
@@ -85,6 +89,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Sandbox, error) {
 	if err := s.prepareWorkRoot(); err != nil {
 		return nil, err
 	}
+	s.setupDiskQuota()
 	if err := closeInheritedOnExec(); err != nil {
 		return nil, err
 	}
@@ -166,6 +171,9 @@ func (s *Sandbox) cleanupRoot() {
 	}
 	if s.cgParent != nil {
 		s.cgParent.remove()
+	}
+	if s.quota != nil {
+		_ = s.quota.close()
 	}
 }
 
@@ -433,6 +441,11 @@ func (s *Sandbox) Close() error {
 	}
 	if s.cgParent != nil {
 		s.cgParent.remove()
+	}
+	if s.quota != nil {
+		if err := s.quota.close(); err != nil {
+			errs = append(errs, fmt.Errorf("sandbox close: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -10,6 +10,9 @@ type Stats struct {
 	// memory and CPU quota are then unbounded), "docker" (the engine's).
 	Limits  string
 	Seccomp bool
+	// DiskQuota says what bounds a workspace's size: DiskQuotaProject (the
+	// kernel's project quotas), DiskQuotaWatcher or DiskQuotaOff.
+	DiskQuota string
 	// Actions counts the results returned by Execute, by ExecResult status.
 	Actions map[string]int64
 	// PoolHits and PoolMisses count the new episodes that found a ready
@@ -62,7 +65,8 @@ func (c *counts) snapshot() map[string]int64 {
 
 // Stats returns a snapshot of the sandbox's configuration and counters.
 func (s *Sandbox) Stats() Stats {
-	st := Stats{Backend: s.cfg.Backend, Limits: "docker", Seccomp: !s.cfg.DisableSeccomp, Actions: s.results.snapshot()}
+	st := Stats{Backend: s.cfg.Backend, Limits: "docker", Seccomp: !s.cfg.DisableSeccomp,
+		DiskQuota: s.diskQuota, Actions: s.results.snapshot()}
 	if s.cfg.Backend == BackendBwrap {
 		st.Limits = "rlimits"
 		if s.cgParent != nil {
