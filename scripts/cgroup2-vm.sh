@@ -28,7 +28,7 @@ patterns=("$@")
 if [ "${#patterns[@]}" = 0 ]; then
   patterns=('^(TestCgroupLimits|TestCgroupV2Delegation|TestStaleCgroupsReaped|TestVacate)$'
     '^TestAbuse$/^cold$/^(shared_memory_bomb|fork_bomb|background_processes_die_with_the_run)$'
-    '^TestProjectQuota$/^cold$')
+    '^TestProjectQuota$/^cold')
 fi
 pkg=services/sandbox-worker/internal/sandbox
 
@@ -46,12 +46,13 @@ work=$(mktemp -d /tmp/medgym-vm.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work"/init/{bin,mod,proc,sys,dev,host} "$work/out"
 cp "$busybox" "$work/init/bin/busybox"
-# 9p over virtio, then ext4 with quotas and loop devices (the project
+# 9p over virtio, then ext4 with quotas, XFS and loop devices (the project
 # quota tests), in load order.
 order="drivers/virtio/virtio_ring drivers/virtio/virtio drivers/virtio/virtio_pci_legacy_dev
   drivers/virtio/virtio_pci_modern_dev drivers/virtio/virtio_pci fs/netfs/netfs fs/fscache/fscache
   net/9p/9pnet net/9p/9pnet_virtio fs/9p/9p
   lib/crc16 crypto/crc32c_generic fs/mbcache fs/jbd2/jbd2 fs/ext4/ext4 fs/quota/quota_tree fs/quota/quota_v2
+  lib/libcrc32c fs/xfs/xfs
   drivers/block/loop"
 names=""
 for m in $order; do

@@ -177,7 +177,7 @@ func (s *Sandbox) result(out runOutput, spec runSpec, code string) schemas.ExecR
 		if out.pidsHit {
 			r.Message += fmt.Sprintf("\nNote: the process limit (%d) was reached.", s.cfg.Limits.Pids)
 		}
-		if s.quota != nil && strings.Contains(combined, edquotText) {
+		if s.quota != nil && quotaHit(combined) {
 			r.Message += fmt.Sprintf("\nNote: the workspace (%s) is limited to %d MiB on disk. Delete files to go on.", WorkDir, s.cfg.Limits.DiskBytes>>20)
 		}
 		return r

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -236,5 +237,10 @@ func (s *Sandbox) watchLimit(workspace string) int64 {
 	return 0
 }
 
-// edquotText is how EDQUOT reads in the code's output (strerror).
-const edquotText = "Disk quota exceeded"
+// quotaHit reports whether output shows a write that the workspace's
+// project quota refused: EDQUOT on ext4, ENOSPC on XFS (which reports a
+// project quota as the directory tree running out of space), as strerror
+// words them.
+func quotaHit(output string) bool {
+	return strings.Contains(output, "Disk quota exceeded") || strings.Contains(output, "No space left on device")
+}

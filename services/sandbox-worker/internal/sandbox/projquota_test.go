@@ -84,20 +84,25 @@ func TestDiskQuotaMechanism(t *testing.T) {
 	}
 }
 
-// TestProjectQuota runs the sandbox on a loop-mounted ext4 with project
-// quotas: a write past DiskBytes fails with EDQUOT inside the sandbox (a
+// TestProjectQuota runs the sandbox on a loop-mounted ext4 (and XFS) with
+// project quotas: a write past DiskBytes fails with EDQUOT (ENOSPC on XFS)
+// inside the sandbox (a
 // plain error result, nothing killed), the workspace stays within the
 // limit, and after deleting files the code can write again. The warm
 // backend's episode gets its workspace from a renamed slot directory.
 func TestProjectQuota(t *testing.T) {
-	for name, warm := range map[string]int{"cold": 0, "warm": 1} {
+	for name, c := range map[string]struct {
+		warm int
+		fs   string
+	}{"cold": {0, "ext4"}, "warm": {1, "ext4"}, "cold-xfs": {0, "xfs"}} {
 		t.Run(name, func(t *testing.T) {
-			root := prjquotaRoot(t)
+			warm := c.warm
+			root := prjquotaRoot(t, c.fs)
 			l := testLimits()
 			l.DiskBytes = 16 << 20
 			s := newWith(warm)(t, Config{WorkRoot: root, Limits: l})
 			if st := s.Stats(); st.DiskQuota != DiskQuotaProject {
-				t.Fatalf("disk quota %q on an ext4 with prjquota, want %q", st.DiskQuota, DiskQuotaProject)
+				t.Fatalf("disk quota %q on %s with prjquota, want %q", st.DiskQuota, c.fs, DiskQuotaProject)
 			}
 			if warm > 0 {
 				deadline := time.Now().Add(2 * time.Minute)
@@ -118,7 +123,7 @@ except OSError as e:
     raise
 `
 			r := exec1(t, s, code(ep, src, 60))
-			if r.Status != schemas.StatusError || !strings.Contains(r.Stdout, "Disk quota exceeded") ||
+			if r.Status != schemas.StatusError || !quotaHit(r.Stdout) ||
 				!strings.Contains(r.Message, "limited to 16 MiB on disk") {
 				t.Fatalf("filling the workspace: %s %q", r.Status, r.Message)
 			}
@@ -170,11 +175,12 @@ for path in ('/work', '/work/mine'):
         print('refused', e)
 `
 
-// prjquotaRoot loop-mounts a new ext4 with project quotas enforced and
-// returns a WorkRoot on it. It skips without root, or when the image
-// cannot be made or mounted, except in CI, where that fails the test
-// unless the kernel was built without the quota support ext4 needs.
-func prjquotaRoot(t *testing.T) string {
+// prjquotaRoot loop-mounts a new file system (ext4 or xfs) with project
+// quotas enforced and returns a WorkRoot on it. It skips without root, or
+// when the image cannot be made or mounted, except in CI, where that fails
+// the test unless the kernel was built without the quota support the file
+// system needs.
+func prjquotaRoot(t *testing.T, fstype string) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("loop mounts need root")
@@ -182,7 +188,7 @@ func prjquotaRoot(t *testing.T) string {
 	fail := func(format string, args ...any) {
 		t.Helper()
 		msg := fmt.Sprintf(format, args...)
-		if why := kernelWithoutQuota(); why != "" {
+		if why := kernelWithoutQuota(fstype); why != "" {
 			t.Skipf("%s (%s)", msg, why)
 		}
 		if os.Getenv("CI") == "true" {
@@ -196,12 +202,16 @@ func prjquotaRoot(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = errors.Join(f.Truncate(256<<20), f.Close())
+	err = errors.Join(f.Truncate(512<<20), f.Close()) // sparse; XFS wants 300 MiB at least
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("mkfs.ext4", "-q", "-O", "quota,project", img).CombinedOutput(); err != nil {
-		fail("mkfs.ext4 -O quota,project: %v: %s", err, out)
+	mkfs := exec.Command("mkfs.ext4", "-q", "-O", "quota,project", img)
+	if fstype == "xfs" {
+		mkfs = exec.Command("mkfs.xfs", "-q", img)
+	}
+	if out, err := mkfs.CombinedOutput(); err != nil {
+		fail("%s: %v: %s", mkfs, err, out)
 	}
 	out, err := exec.Command("losetup", "--find", "--show", img).CombinedOutput()
 	if err != nil {
@@ -217,7 +227,7 @@ func prjquotaRoot(t *testing.T) string {
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mount(dev, mnt, "ext4", 0, "prjquota"); err != nil {
+	if err := unix.Mount(dev, mnt, fstype, 0, "prjquota"); err != nil {
 		fail("mount %s on %s with prjquota: %v", dev, mnt, err)
 	}
 	t.Cleanup(func() {
@@ -231,10 +241,10 @@ func prjquotaRoot(t *testing.T) string {
 	return filepath.Join(mnt, "work")
 }
 
-// kernelWithoutQuota says why the running kernel cannot mount an ext4
-// with quotas (built without CONFIG_QFMT_V2), or "" when it can or its
-// configuration is unknown.
-func kernelWithoutQuota() string {
+// kernelWithoutQuota says why the running kernel cannot mount fstype with
+// project quotas (ext4: built without CONFIG_QFMT_V2; xfs: without XFS or
+// CONFIG_XFS_QUOTA), or "" when it can or its configuration is unknown.
+func kernelWithoutQuota(fstype string) string {
 	var cfg []byte
 	if f, err := os.Open("/proc/config.gz"); err == nil {
 		defer f.Close()
@@ -248,8 +258,15 @@ func kernelWithoutQuota() string {
 			cfg, _ = os.ReadFile("/boot/config-" + unix.ByteSliceToString(u.Release[:]))
 		}
 	}
-	if strings.Contains(string(cfg), "# CONFIG_QFMT_V2 is not set") {
-		return "the kernel is built without CONFIG_QFMT_V2"
+	opt := "CONFIG_QFMT_V2"
+	if fstype == "xfs" {
+		if strings.Contains(string(cfg), "# CONFIG_XFS_FS is not set") {
+			return "the kernel is built without XFS"
+		}
+		opt = "CONFIG_XFS_QUOTA"
+	}
+	if strings.Contains(string(cfg), "# "+opt+" is not set") {
+		return "the kernel is built without " + opt
 	}
 	return ""
 }
