@@ -83,10 +83,12 @@ print(json.dumps({
 
 // sandboxInfo is what `medgym sandbox info` prints.
 type sandboxInfo struct {
-	Backend string         `json:"backend"`
-	Limits  string         `json:"limits"`
-	Seccomp bool           `json:"seccomp"`
-	Probe   map[string]any `json:"probe"`
+	Backend string `json:"backend"`
+	Limits  string `json:"limits"`
+	// DiskQuota is what bounds a workspace on disk: project, watcher or off.
+	DiskQuota string         `json:"disk_quota"`
+	Seccomp   bool           `json:"seccomp"`
+	Probe     map[string]any `json:"probe"`
 	// Warnings name what falls short of the strict setup.
 	Warnings []string `json:"warnings,omitempty"`
 }
@@ -119,12 +121,15 @@ func cmdSandboxInfo(ctx context.Context, args []string, stdout, stderr io.Writer
 		return fmt.Errorf("sandbox info: the probe did not run: %s: %s", res.Status, res.Message)
 	}
 	st := sb.Stats()
-	info := sandboxInfo{Backend: st.Backend, Limits: st.Limits, Seccomp: st.Seccomp}
+	info := sandboxInfo{Backend: st.Backend, Limits: st.Limits, DiskQuota: st.DiskQuota, Seccomp: st.Seccomp}
 	if err := json.Unmarshal([]byte(res.Stdout), &info.Probe); err != nil {
 		return fmt.Errorf("sandbox info: probe output %q: %w", res.Stdout, err)
 	}
 	if st.Limits == "rlimits" {
 		info.Warnings = append(info.Warnings, "no per-run cgroups: shared memory and CPU share are unbounded (see --require-cgroups and SANDBOX.md)")
+	}
+	if st.DiskQuota == "off" {
+		info.Warnings = append(info.Warnings, "no workspace disk quota")
 	}
 	if !st.Seccomp {
 		info.Warnings = append(info.Warnings, "seccomp filter off")

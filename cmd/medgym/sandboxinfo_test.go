@@ -26,6 +26,7 @@ func TestSandboxInfo(t *testing.T) {
 			}
 			var info struct {
 				Backend, Limits string
+				DiskQuota       string `json:"disk_quota"`
 				Seccomp         bool
 				Probe           struct {
 					UID           int      `json:"uid"`
@@ -40,7 +41,7 @@ func TestSandboxInfo(t *testing.T) {
 				t.Fatalf("output %q: %v", out, err)
 			}
 			p := info.Probe
-			if info.Backend != b || !info.Seccomp || p.UID != 65534 || p.Seccomp != 2 || strings.Trim(p.CapEff, "0") != "" {
+			if info.Backend != b || !info.Seccomp || (info.DiskQuota != "project" && info.DiskQuota != "watcher") || p.UID != 65534 || p.Seccomp != 2 || strings.Trim(p.CapEff, "0") != "" {
 				t.Fatalf("info %+v", info)
 			}
 			if !slices.Equal(p.NetInterfaces, []string{"lo"}) {
