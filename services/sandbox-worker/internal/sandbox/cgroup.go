@@ -472,13 +472,19 @@ func readKey(path, key string) int64 {
 	if err != nil {
 		return 0
 	}
+	n, _ := keyValue(b, key)
+	return n
+}
+
+// keyValue finds "key N" in the contents of a flat-keyed file.
+func keyValue(b []byte, key string) (int64, bool) {
 	for _, l := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(l, key+" "); ok {
 			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n
+			return n, true
 		}
 	}
-	return 0
+	return 0, false
 }
 
 // peak is the memory high-water mark of the set (0 where the kernel keeps
@@ -505,9 +511,10 @@ func (c *cgroup) oomKilled() bool {
 	if err != nil {
 		return false
 	}
-	if strings.Contains(string(b), "oom_kill ") {
-		return readKey(filepath.Join(c.mem, "memory.oom_control"), "oom_kill") > 0
+	if n, ok := keyValue(b, "oom_kill"); ok {
+		return n > 0
 	}
+	// Kernels before 4.13 count no OOM kills: any hit of the limit.
 	return readInt(filepath.Join(c.mem, "memory.failcnt")) > 0
 }
 

@@ -68,7 +68,13 @@ func TestStaleCgroupsReaped(t *testing.T) {
 	liveDirs := mk(alive.Process.Pid)
 	defer func() {
 		for _, d := range liveDirs {
-			(&cgroupParent{v2: filepath.Dir(d)}).remove()
+			// One directory per parent: on v1 each controller's; remove
+			// empties and deletes it whichever field names it.
+			live := &cgroupParent{mem: filepath.Dir(d)}
+			if probe.v2 != "" {
+				live = &cgroupParent{v2: filepath.Dir(d)}
+			}
+			live.remove()
 		}
 	}()
 	for _, d := range staleDirs {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/moby/moby/api/types/container"
@@ -42,8 +41,7 @@ type dockerPool struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	hits   atomic.Int64 // episodes given a ready container
-	misses atomic.Int64 // episodes that found none ready
+	poolCounts
 
 	mu     sync.Mutex
 	idle   map[string][]*dockerCtr // ready containers by resource key, oldest first
@@ -336,8 +334,5 @@ func serverAlive(conn *net.UnixConn) bool {
 }
 
 func (p *dockerPool) stats() (hits, misses int64, ready int) {
-	p.mu.Lock()
-	ready = queued(p.idle)
-	p.mu.Unlock()
-	return p.hits.Load(), p.misses.Load(), ready
+	return snapshotPool(&p.poolCounts, &p.mu, p.idle)
 }

@@ -395,15 +395,7 @@ func TestDockerPoolCleanup(t *testing.T) {
 		if _, starting := p.counts(); starting == 0 {
 			t.Fatal("the pool starts no container after the first episode")
 		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if ids := labelled(t, labelPool+"="+d.token); len(ids) != 0 {
-			t.Fatalf("close left %d pooled containers", len(ids))
-		}
-		if ents, _ := os.ReadDir(filepath.Join(root, metaDir, "pool")); len(ents) != 0 {
-			t.Fatalf("close left %d pool directories", len(ents))
-		}
+		closedClean(t, s, d.token, root, false)
 	})
 
 	t.Run("close", func(t *testing.T) {
@@ -414,18 +406,7 @@ func TestDockerPoolCleanup(t *testing.T) {
 		if n := len(labelled(t, labelPool+"="+d.token)); n != 2 {
 			t.Fatalf("%d pooled containers, want 2", n)
 		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if ids := labelled(t, labelPool+"="+d.token); len(ids) != 0 {
-			t.Fatalf("close left %d pooled containers", len(ids))
-		}
-		if ids := labelled(t, labelWorkRoot+"="+root); len(ids) != 0 {
-			t.Fatalf("close left %d containers", len(ids))
-		}
-		if ents, _ := os.ReadDir(filepath.Join(root, metaDir, "pool")); len(ents) != 0 {
-			t.Fatalf("close left %d pool directories", len(ents))
-		}
+		closedClean(t, s, d.token, root, true)
 	})
 
 	t.Run("restart", func(t *testing.T) {
@@ -465,4 +446,22 @@ func TestDockerPoolCleanup(t *testing.T) {
 			t.Fatalf("close left %d containers", len(ids))
 		}
 	})
+}
+
+// closedClean closes s and checks that no container of its pool (token)
+// nor any pool directory is left, and with all, no container of root.
+func closedClean(t *testing.T, s *Sandbox, token, root string, all bool) {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ids := labelled(t, labelPool+"="+token); len(ids) != 0 {
+		t.Fatalf("close left %d pooled containers", len(ids))
+	}
+	if ids := labelled(t, labelWorkRoot+"="+root); all && len(ids) != 0 {
+		t.Fatalf("close left %d containers", len(ids))
+	}
+	if ents, _ := os.ReadDir(filepath.Join(root, metaDir, "pool")); len(ents) != 0 {
+		t.Fatalf("close left %d pool directories", len(ents))
+	}
 }

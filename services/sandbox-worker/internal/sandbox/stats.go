@@ -1,6 +1,9 @@
 package sandbox
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Stats is what a Sandbox is and has done, for metrics and logs.
 type Stats struct {
@@ -29,13 +32,19 @@ type pooled interface {
 	poolStats() (hits, misses int64, ready int)
 }
 
-// queued counts the ready servers or containers of a pool's queues.
-func queued[T any](idle map[string][]T) int {
-	n := 0
+// poolCounts counts the new episodes a pool gave a ready fork server or
+// container (hits), and those that found none (misses).
+type poolCounts struct{ hits, misses atomic.Int64 }
+
+// snapshotPool returns a pool's counts and how many of its sandboxes are
+// ready in idle, which mu guards.
+func snapshotPool[T any](c *poolCounts, mu *sync.Mutex, idle map[string][]T) (hits, misses int64, ready int) {
+	mu.Lock()
 	for _, q := range idle {
-		n += len(q)
+		ready += len(q)
 	}
-	return n
+	mu.Unlock()
+	return c.hits.Load(), c.misses.Load(), ready
 }
 
 // counts is a Sandbox's tally of results by status.

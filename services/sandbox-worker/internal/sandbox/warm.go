@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -36,7 +35,7 @@ type warmPool struct {
 	kick   chan struct{}
 	wg     sync.WaitGroup
 
-	hits, misses atomic.Int64 // new episodes that found a ready server, or none
+	poolCounts
 }
 
 // server is one running fork server.
@@ -247,10 +246,7 @@ func (p *warmPool) prepare(episode, path string, mounts []mount) error {
 }
 
 func (p *warmPool) poolStats() (hits, misses int64, ready int) {
-	p.mu.Lock()
-	ready = queued(p.idle)
-	p.mu.Unlock()
-	return p.hits.Load(), p.misses.Load(), ready
+	return snapshotPool(&p.poolCounts, &p.mu, p.idle)
 }
 
 // touchKey records k as the most recently used resource set, evicts the
