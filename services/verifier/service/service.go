@@ -70,7 +70,11 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 			return fmt.Errorf("verifier: metrics: %w", err)
 		}
 	}
-	v := &verifier{scored: scored, conn: conn, lib: tasks.NewCache(cfg.DataRoot, cfg.TasksDir, cfg.LibraryDir), batch: batch, cfg: cfg, log: log}
+	runs, err := bus.NewRuns(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("verifier: %w", err)
+	}
+	v := &verifier{runs: runs, scored: scored, conn: conn, lib: tasks.NewCache(cfg.DataRoot, cfg.TasksDir, cfg.LibraryDir), batch: batch, cfg: cfg, log: log}
 
 	rt, err := bus.NewRouter(conn, log)
 	if err != nil {
@@ -92,6 +96,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 }
 
 type verifier struct {
+	runs   *bus.Runs
 	scored *prometheus.CounterVec
 	conn   *bus.Conn
 	lib    *tasks.Cache
@@ -103,6 +108,9 @@ type verifier struct {
 // check adds the verdict to a code execution that asked for one and passes
 // the observation on.
 func (v *verifier) check(ctx context.Context, obs schemas.Observation) error {
+	if err := v.runs.Admit(ctx, schemas.ClaimOfRef(obs.Ref)); err != nil {
+		return err
+	}
 	if obs.CheckWanted && obs.Action == schemas.ActionValidateCode {
 		mode, err := verify.ParseMode(obs.VerifierMode)
 		if err != nil {
@@ -122,6 +130,9 @@ func (v *verifier) check(ctx context.Context, obs schemas.Observation) error {
 // score scores a finished episode, stores it, and publishes the score.
 func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
 	req := res.Request
+	if err := v.runs.Admit(ctx, schemas.ClaimOf(req)); err != nil {
+		return err // never scored, never stored
+	}
 	mode, err := verify.ParseMode(req.Options.VerifierMode)
 	if err != nil {
 		mode = verify.Strict

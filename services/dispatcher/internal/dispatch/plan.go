@@ -1,10 +1,8 @@
 package dispatch
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/medgym/medgym/schemas"
@@ -65,23 +63,9 @@ func NewPlan(spec schemas.RunSpec, selected []tasks.Task) *Plan {
 	return p
 }
 
-// EpisodeID names sample k of a task in a run. It is unique across runs:
-// workers key episode state and sandboxes by it. Task ids are made
-// subject-safe.
-func EpisodeID(runID, taskID string, k int) string {
-	var b strings.Builder
-	b.WriteString(runID)
-	b.WriteString("--")
-	for _, r := range taskID {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
-		}
-	}
-	return fmt.Sprintf("%s-k%d", b.String(), k)
-}
+// EpisodeID names sample k of a task in a run (schemas.EpisodeID, which
+// the workers recompute to refuse episodes no dispatcher planned).
+func EpisodeID(runID, taskID string, k int) string { return schemas.EpisodeID(runID, taskID, k) }
 
 // Request builds the i-th episode request of the plan.
 func (p *Plan) Request(i int, now time.Time) schemas.EpisodeRequest {
