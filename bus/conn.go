@@ -21,18 +21,39 @@ type Conn struct {
 }
 
 // Connect dials url and returns a connection that reconnects forever.
-func Connect(ctx context.Context, url, name string, log *slog.Logger) (*Conn, error) {
-	nc, err := nats.Connect(url,
+// WithAuth gives it credentials (see AuthFromEnv).
+func Connect(ctx context.Context, url, name string, log *slog.Logger, opts ...Option) (*Conn, error) {
+	var co connectOptions
+	for _, o := range opts {
+		o(&co)
+	}
+	authOpts, err := co.auth.options()
+	if err != nil {
+		return nil, err
+	}
+	nopts := append([]nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectWait(250 * time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("nats disconnected", "err", err)
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
-	)
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subj := ""
+			if sub != nil {
+				subj = sub.Subject
+			}
+			if isPermissionViolation(err) {
+				log.Error("nats refused an operation this user is not allowed (see deploy/nats)", "auth", co.auth.String(), "subscription", subj, "err", err)
+				return
+			}
+			log.Warn("nats async error", "subscription", subj, "err", err)
+		}),
+	}, authOpts...)
+	nc, err := nats.Connect(url, nopts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w (is nats-server running with -js? use --nats to point elsewhere)", url, err)
 	}
@@ -84,11 +105,12 @@ func (c *Conn) Publish(ctx context.Context, subject, msgID string, v schemas.Val
 	return nil
 }
 
-// Start is what every service's main does first: connect to url, create
+// Start is what every service's main does first: connect to url (with
+// opts, e.g. WithAuth), create
 // the streams and buckets, and serve /metrics and /healthz on metricsAddr
 // (empty: none). Close the returned connection when done.
-func Start(ctx context.Context, url, name, metricsAddr string, log *slog.Logger) (*Conn, *Metrics, error) {
-	conn, err := Connect(ctx, url, name, log)
+func Start(ctx context.Context, url, name, metricsAddr string, log *slog.Logger, opts ...Option) (*Conn, *Metrics, error) {
+	conn, err := Connect(ctx, url, name, log, opts...)
 	if err != nil {
 		return nil, nil, err
 	}

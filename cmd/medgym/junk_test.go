@@ -136,17 +136,7 @@ func TestJunkFloodDoesNotLoop(t *testing.T) {
 	f := baseFlags(t)
 	f.limit, f.runID = 3, "junk-real"
 	if st, err := os.Stat(f.library); err != nil || !st.IsDir() {
-		// medcalcbench needs no generated library; the sandbox (uid 65534)
-		// must reach the directory, which t.TempDir's 0700 parent is not.
-		dir, err := os.MkdirTemp("", "medgym-junk-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = os.RemoveAll(dir) })
-		if err := os.Chmod(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		f.library = dir
+		f.library = sandboxReachableDir(t) // medcalcbench needs no generated library
 	}
 	spec, err := f.spec()
 	if err != nil {
@@ -274,6 +264,21 @@ func TestJunkFloodDoesNotLoop(t *testing.T) {
 			t.Fatalf("the unplanned episode %s was stored", r.EpisodeID)
 		}
 	}
+}
+
+// sandboxReachableDir is an empty directory the sandbox (uid 65534) can
+// reach, which t.TempDir (0700 parent) is not.
+func sandboxReachableDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "medgym-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func streamMsgsOf(t *testing.T, ctx context.Context, conn *bus.Conn, stream string) uint64 {

@@ -252,7 +252,11 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 		url = ns.ClientURL()
 	}
-	conn, err := bus.Connect(ctx, url, "medgym-cli", logger)
+	auth, err := bus.AuthFromEnv(os.Getenv)
+	if err != nil {
+		return runResult{}, err
+	}
+	conn, err := bus.Connect(ctx, url, "medgym-cli", logger, bus.WithAuth(auth))
 	if err != nil {
 		return runResult{}, err
 	}

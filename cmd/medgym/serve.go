@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/medgym/medgym/bus"
 )
@@ -21,7 +22,11 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(stderr, f.logLevel)
-	conn, err := bus.Connect(ctx, *nats, "medgym-serve", log)
+	auth, err := bus.AuthFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	conn, err := bus.Connect(ctx, *nats, "medgym-serve", log, bus.WithAuth(auth))
 	if err != nil {
 		return err
 	}

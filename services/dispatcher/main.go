@@ -37,7 +37,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "dispatcher")
 	log.Info("config", "nats", *natsURL, "data", *data)
-	conn, metrics, err := bus.Start(ctx, *natsURL, "dispatcher", *metricsAddr, log)
+	auth, err := bus.AuthFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	conn, metrics, err := bus.Start(ctx, *natsURL, "dispatcher", *metricsAddr, log, bus.WithAuth(auth))
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "sandbox-worker")
 	log.Info("config", "nats", *natsURL, "data", *data, "backend", *backend, "warm", *warm, "docker-ready", *dockerReady,
 		"seccomp", *seccomp, "require-cgroups", *requireCg, "concurrency", *conc)
-	conn, metrics, err := bus.Start(ctx, *natsURL, "sandbox-worker", *metricsAddr, log)
+	auth, err := bus.AuthFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	conn, metrics, err := bus.Start(ctx, *natsURL, "sandbox-worker", *metricsAddr, log, bus.WithAuth(auth))
 	if err != nil {
 		return err
 	}

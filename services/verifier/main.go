@@ -48,7 +48,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "verifier")
 	log.Info("config", "nats", *natsURL, "data", *data, "store", *storeURL, "concurrency", *conc)
-	conn, metrics, err := bus.Start(ctx, *natsURL, "verifier", *metricsAddr, log)
+	auth, err := bus.AuthFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	conn, metrics, err := bus.Start(ctx, *natsURL, "verifier", *metricsAddr, log, bus.WithAuth(auth))
 	if err != nil {
 		return err
 	}
