@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -57,15 +58,19 @@ func startDeployNATS(t *testing.T) (string, map[string]string) {
 		}
 		s := string(b)
 		if filepath.Base(f) == "nats.conf" {
-			for old, repl := range map[string]string{
-				"listen: 0.0.0.0:4222":       "listen: " + addr,
-				"http: 0.0.0.0:8222":         "http: " + mon,
-				"store_dir: /data/jetstream": "store_dir: " + filepath.Join(dir, "js"),
+			for _, r := range []struct {
+				re       *regexp.Regexp
+				repl     string
+				required bool
+			}{
+				{regexp.MustCompile(`(?m)^listen:.*$`), "listen: " + addr, true},
+				{regexp.MustCompile(`(?m)^http:.*$`), "http: " + mon, false},
+				{regexp.MustCompile(`(?m)^(\s*)store_dir:.*$`), "${1}store_dir: " + filepath.Join(dir, "js"), true},
 			} {
-				if !strings.Contains(s, old) {
-					t.Fatalf("deploy/nats/nats.conf has no %q to point elsewhere", old)
+				if r.required && !r.re.MatchString(s) {
+					t.Fatalf("deploy/nats/nats.conf has no line matching %s to point elsewhere", r.re)
 				}
-				s = strings.Replace(s, old, repl, 1)
+				s = r.re.ReplaceAllString(s, r.repl)
 			}
 		}
 		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), []byte(s), 0o600); err != nil {
