@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nkeys"
+
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/schemas"
 	dispatcher "github.com/medgym/medgym/services/dispatcher/service"
@@ -39,9 +41,10 @@ var deployUsers = map[string]string{
 }
 
 // startDeployNATS runs the nats-server binary with deploy/nats's config,
-// unchanged but for where it listens and stores, and a random password
-// per user in its environment. It returns the URL and the passwords.
-func startDeployNATS(t *testing.T) (string, map[string]string) {
+// unchanged but for where it listens and stores (and, with nkeys, which
+// auth file nats.conf includes), and fresh credentials per user in its
+// environment: a random password, or an nkey whose seed file is returned.
+func startDeployNATS(t *testing.T, withNKeys bool) (string, map[string]bus.Auth) {
 	t.Helper()
 	bin := natsServerBinary(t)
 	src := filepath.Join(repoRoot(t), "deploy", "nats")
@@ -51,6 +54,10 @@ func startDeployNATS(t *testing.T) (string, map[string]string) {
 		t.Fatalf("no config in %s: %v", src, err)
 	}
 	addr, mon := freeAddr(t), freeAddr(t)
+	authInclude := "include ./auth.conf"
+	if withNKeys {
+		authInclude = "include ./auth-nkeys.conf"
+	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -66,6 +73,7 @@ func startDeployNATS(t *testing.T) (string, map[string]string) {
 				{regexp.MustCompile(`(?m)^listen:.*$`), "listen: " + addr, true},
 				{regexp.MustCompile(`(?m)^http:.*$`), "http: " + mon, false},
 				{regexp.MustCompile(`(?m)^(\s*)store_dir:.*$`), "${1}store_dir: " + filepath.Join(dir, "js"), true},
+				{regexp.MustCompile(`(?m)^include \./auth\.conf$`), authInclude, true},
 			} {
 				if r.required && !r.re.MatchString(s) {
 					t.Fatalf("deploy/nats/nats.conf has no line matching %s to point elsewhere", r.re)
@@ -77,13 +85,28 @@ func startDeployNATS(t *testing.T) (string, map[string]string) {
 			t.Fatal(err)
 		}
 	}
-	pw := map[string]string{}
+	creds := map[string]bus.Auth{}
 	env := os.Environ()
 	for u, v := range deployUsers {
+		if withNKeys {
+			kp, err := nkeys.CreateUser()
+			if err != nil {
+				t.Fatal(err)
+			}
+			seed, _ := kp.Seed()
+			pub, _ := kp.PublicKey()
+			seedFile := filepath.Join(dir, u+".nk")
+			if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			creds[u] = bus.Auth{NKeyFile: seedFile}
+			env = append(env, strings.Replace(v, "NATS_PASSWORD", "NKEY", 1)+"="+pub)
+			continue
+		}
 		b := make([]byte, 12)
 		_, _ = rand.Read(b)
-		pw[u] = hex.EncodeToString(b)
-		env = append(env, v+"="+pw[u])
+		creds[u] = bus.Auth{User: u, Password: hex.EncodeToString(b)}
+		env = append(env, v+"="+creds[u].Password)
 	}
 	logf, err := os.Create(filepath.Join(dir, "nats.log"))
 	if err != nil {
@@ -112,12 +135,12 @@ func startDeployNATS(t *testing.T) (string, map[string]string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return "nats://" + addr, pw
+	return "nats://" + addr, creds
 }
 
-func connectAs(t *testing.T, ctx context.Context, url, user, pw string, log *slog.Logger) *bus.Conn {
+func connectAs(t *testing.T, ctx context.Context, url, user string, auth bus.Auth, log *slog.Logger) *bus.Conn {
 	t.Helper()
-	conn, err := bus.Connect(ctx, url, "test-"+user, log, bus.WithAuth(bus.Auth{User: user, Password: pw}))
+	conn, err := bus.Connect(ctx, url, "test-"+user, log, bus.WithAuth(auth))
 	if err != nil {
 		t.Fatalf("connect as %s: %v", user, err)
 	}
@@ -133,7 +156,7 @@ func connectAs(t *testing.T, ctx context.Context, url, user, pw string, log *slo
 func TestDeployNATSAuth(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	url, pw := startDeployNATS(t)
+	url, pw := startDeployNATS(t, false)
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
@@ -245,4 +268,48 @@ func TestDeployNATSAuth(t *testing.T) {
 		t.Fatalf("the pipeline ran into %d permission violations:\n%s", after-before, logs.String())
 	}
 	t.Logf("permission violations logged (the refused publishes above):\n%s", logs.String())
+}
+
+// TestDeployNATSNKeys: the same users authenticated by nkeys
+// (auth-nkeys.conf included instead of auth.conf, each service reading its
+// seed file from MEDGYM_NATS_NKEY): the llm-worker's key cannot publish a
+// score, the verifier's can.
+func TestDeployNATSNKeys(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url, creds := startDeployNATS(t, true)
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if _, err := bus.Connect(ctx, url, "anonymous", log); err == nil {
+		t.Fatal("a client without credentials connected: authorisation is off")
+	}
+	conns := map[string]*bus.Conn{}
+	for _, u := range []string{"llm-worker", "verifier", "admin"} {
+		auth, err := bus.AuthFromEnv(func(k string) string {
+			if k == bus.EnvNATSNKey {
+				return creds[u].NKeyFile
+			}
+			return ""
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[u] = connectAs(t, ctx, url, u, auth, log.With("user", u))
+		if err := bus.EnsureStreams(ctx, conns[u].JS, bus.StreamOptions{}); err != nil {
+			t.Fatalf("%s: ensure streams: %v", u, err)
+		}
+	}
+	sc := schemas.Score{RunID: "r1", EpisodeID: "e1", Outcome: schemas.OutcomeCorrect, Reward: 1}
+	pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
+	err := conns["llm-worker"].Publish(pctx, schemas.EpisodeScored.For("r1"), "forged", sc)
+	pcancel()
+	if err == nil {
+		t.Fatal("the llm-worker's nkey published a score")
+	}
+	if err := conns["verifier"].Publish(ctx, schemas.EpisodeScored.For("r1"), "real", sc); err != nil {
+		t.Fatalf("the verifier's nkey could not publish a score: %v", err)
+	}
+	if n := streamMsgsOf(t, ctx, conns["admin"], schemas.StreamScores); n != 1 {
+		t.Fatalf("scores stream holds %d messages, want the verifier's 1", n)
+	}
 }
