@@ -102,15 +102,15 @@ func (a Auth) options() ([]nats.Option, error) {
 	return nil, nil
 }
 
-// Option configures Connect.
-type Option func(*connectOptions)
+// ConnectOption tunes Connect.
+type ConnectOption func(*connectConfig)
 
-type connectOptions struct {
+type connectConfig struct {
 	auth Auth
 }
 
 // WithAuth authenticates with a (see AuthFromEnv).
-func WithAuth(a Auth) Option { return func(o *connectOptions) { o.auth = a } }
+func WithAuth(a Auth) ConnectOption { return func(c *connectConfig) { c.auth = a } }
 
 // isPermissionViolation reports whether err is the server refusing a
 // publish or subscribe this user is not allowed.

@@ -22,12 +22,12 @@ type Conn struct {
 
 // Connect dials url and returns a connection that reconnects forever.
 // WithAuth gives it credentials (see AuthFromEnv).
-func Connect(ctx context.Context, url, name string, log *slog.Logger, opts ...Option) (*Conn, error) {
-	var co connectOptions
+func Connect(ctx context.Context, url, name string, log *slog.Logger, opts ...ConnectOption) (*Conn, error) {
+	var cfg connectConfig
 	for _, o := range opts {
-		o(&co)
+		o(&cfg)
 	}
-	authOpts, err := co.auth.options()
+	authOpts, err := cfg.auth.options()
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +47,7 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger, opts ...Op
 				subj = sub.Subject
 			}
 			if isPermissionViolation(err) {
-				log.Error("nats refused an operation this user is not allowed (see deploy/nats)", "auth", co.auth.String(), "subscription", subj, "err", err)
+				log.Error("nats refused an operation this user is not allowed (see deploy/nats)", "auth", cfg.auth.String(), "subscription", subj, "err", err)
 				return
 			}
 			log.Warn("nats async error", "subscription", subj, "err", err)
@@ -109,7 +109,7 @@ func (c *Conn) Publish(ctx context.Context, subject, msgID string, v schemas.Val
 // opts, e.g. WithAuth), create
 // the streams and buckets, and serve /metrics and /healthz on metricsAddr
 // (empty: none). Close the returned connection when done.
-func Start(ctx context.Context, url, name, metricsAddr string, log *slog.Logger, opts ...Option) (*Conn, *Metrics, error) {
+func Start(ctx context.Context, url, name, metricsAddr string, log *slog.Logger, opts ...ConnectOption) (*Conn, *Metrics, error) {
 	conn, err := Connect(ctx, url, name, log, opts...)
 	if err != nil {
 		return nil, nil, err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/medgym/medgym/bus"
@@ -213,6 +215,35 @@ func TestDeployNATSAuth(t *testing.T) {
 				t.Fatalf("no permission violation logged for %s:\n%s", subj, logs.String())
 			}
 			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// Every service may use the blob object store that carries payloads over
+	// max_payload (the limits branch's MEDGYM_BLOBS): put, read back,
+	// overwrite, delete.
+	if _, err := conns["admin"].JS.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "MEDGYM_BLOBS"}); err != nil {
+		t.Fatal(err)
+	}
+	blob := bytes.Repeat([]byte("trajectory "), 30_000)
+	for _, u := range []string{"dispatcher", "llm-worker", "sandbox-worker", "verifier"} {
+		bctx, bcancel := context.WithTimeout(ctx, 10*time.Second)
+		obj, err := conns[u].JS.ObjectStore(bctx, "MEDGYM_BLOBS")
+		if err == nil {
+			for range 2 { // the second put overwrites, which purges the old chunks
+				if _, err = obj.PutBytes(bctx, "blob-"+u, blob); err != nil {
+					break
+				}
+			}
+		}
+		var got []byte
+		if err == nil {
+			got, err = obj.GetBytes(bctx, "blob-"+u)
+		}
+		if err == nil {
+			err = obj.Delete(bctx, "blob-"+u)
+		}
+		bcancel()
+		if err != nil || !bytes.Equal(got, blob) {
+			t.Fatalf("%s: blob store: %v (%d bytes back of %d)\n%s", u, err, len(got), len(blob), logs.String())
 		}
 	}
 	before := strings.Count(logs.String(), "Permissions Violation")
