@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -261,4 +263,58 @@ func TestDeadLetterStreamBounded(t *testing.T) {
 	if n := streamMsgs(t, ctx, conn, schemas.StreamDeadLetter); n != 3 {
 		t.Fatalf("dead-letter stream bounded at 3 holds %d", n)
 	}
+}
+
+// TestJunkLogIsRateLimited: a flood of junk logs one line per
+// JunkLogInterval per handler, however many messages arrive, while the
+// counter counts each one.
+func TestJunkLogIsRateLimited(t *testing.T) {
+	conn, ctx := setup(t)
+	var buf syncBuf
+	rt, err := bus.NewRouter(conn, slog.New(slog.NewTextHandler(&buf, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.Metrics = bus.NewMetrics()
+	err = bus.Handle(rt, "scores", bus.HandlerOptions{Concurrency: 8, ConsumerOptions: bus.ConsumerOptions{
+		Stream: schemas.StreamScores, Durable: "test-flood", Subject: schemas.EpisodeScored}},
+		func(context.Context, schemas.Score) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	stop := runRouter(t, ctx, rt)
+	defer stop()
+	const n = 100
+	for range n {
+		if _, err := conn.JS.Publish(ctx, schemas.EpisodeScored.For("r1"), []byte("[]")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drained(t, ctx, conn, schemas.StreamScores, "test-flood")
+	if got := rt.Metrics.Junk("scores", bus.JunkUndecodable); got != n {
+		t.Fatalf("junk counted %v, want %d", got, n)
+	}
+	lines := strings.Count(buf.String(), "junk message acked and dropped")
+	most := 1 + int(time.Since(start)/bus.JunkLogInterval)
+	if lines < 1 || lines > most {
+		t.Fatalf("%d junk log lines for %d messages in %s, want 1..%d:\n%s", lines, n, time.Since(start), most, buf.String())
+	}
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
