@@ -28,17 +28,36 @@ var junkBodies = map[string]string{
 	"spaces":  "   ",
 }
 
-// drained waits until the durable has nothing pending or unacked.
+// drained waits until the durable has acked every message the stream holds.
 func drained(t *testing.T, ctx context.Context, conn *bus.Conn, stream, durable string) {
 	t.Helper()
 	c, err := conn.JS.Consumer(ctx, stream, durable)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, func() bool {
+	s, err := conn.JS.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	si, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := si.State.LastSeq
+	// A single pull subscription sometimes idles until its pull request
+	// expires (30 s) before it asks again; two slots per handler below make
+	// that rare, and the deadline outlasts it.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
 		ci, err := c.Info(ctx)
-		return err == nil && ci.NumAckPending == 0 && ci.NumPending == 0
-	})
+		if err == nil && ci.AckFloor.Stream >= last && ci.NumAckPending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not drained: %+v", durable, ci)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func streamMsgs(t *testing.T, ctx context.Context, conn *bus.Conn, stream string) uint64 {
@@ -77,7 +96,7 @@ func TestJunkIsAckedCountedNotDeadLettered(t *testing.T) {
 		}
 		return nil
 	}
-	err = bus.Handle(rt, "scores", bus.HandlerOptions{ConsumerOptions: bus.ConsumerOptions{
+	err = bus.Handle(rt, "scores", bus.HandlerOptions{Concurrency: 2, ConsumerOptions: bus.ConsumerOptions{
 		Stream: schemas.StreamScores, Durable: "test-junk", Subject: schemas.EpisodeScored}}, h)
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +158,7 @@ func TestDeadLetterPathNeverDeadLetters(t *testing.T) {
 		calls.Add(1)
 		return bus.Permanent(errors.New("this dead letter is useless"))
 	}
-	err = bus.Handle(rt, "dead", bus.HandlerOptions{ConsumerOptions: bus.ConsumerOptions{
+	err = bus.Handle(rt, "dead", bus.HandlerOptions{Concurrency: 2, ConsumerOptions: bus.ConsumerOptions{
 		Stream: schemas.StreamDeadLetter, Durable: "test-dead", Subject: schemas.DeadLetter}}, h)
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +203,7 @@ func TestPoisonCopyIDAndFirstReason(t *testing.T) {
 	h := func(ctx context.Context, sc schemas.Score) error {
 		return bus.Permanent(fmt.Errorf("second reason for %s", sc.EpisodeID))
 	}
-	err = bus.Handle(rt, "scores", bus.HandlerOptions{ConsumerOptions: bus.ConsumerOptions{
+	err = bus.Handle(rt, "scores", bus.HandlerOptions{Concurrency: 2, ConsumerOptions: bus.ConsumerOptions{
 		Stream: schemas.StreamScores, Durable: "test-poison", Subject: schemas.EpisodeScored}}, h)
 	if err != nil {
 		t.Fatal(err)
@@ -210,22 +229,24 @@ func TestPoisonCopyIDAndFirstReason(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[uint64][3]string{
-		1: {"dead/MEDGYM_SCORES/1", "second reason for a", schemas.EpisodeScored.For("r1")},
-		2: {"dead/MEDGYM_SCORES/2", "first reason", "medgym.episode.requested.r1"},
+	want := map[string][2]string{ // by message id: reason, subject
+		"dead/MEDGYM_SCORES/1": {"second reason for a", schemas.EpisodeScored.For("r1")},
+		"dead/MEDGYM_SCORES/2": {"first reason", "medgym.episode.requested.r1"},
 	}
 	if n := streamMsgs(t, ctx, conn, schemas.StreamDeadLetter); n != 2 {
 		t.Fatalf("%d dead letters, want 2", n)
 	}
-	for seq, w := range want {
+	for seq := uint64(1); seq <= 2; seq++ {
 		raw, err := dl.GetMsg(ctx, seq)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := [3]string{raw.Header.Get(jetstream.MsgIDHeader), raw.Header.Get(bus.HeaderDeadReason), raw.Header.Get(bus.HeaderDeadSubject)}
-		if got != w {
-			t.Errorf("dead letter %d: id, reason, subject = %q, want %q", seq, got, w)
+		id := raw.Header.Get(jetstream.MsgIDHeader)
+		got := [2]string{raw.Header.Get(bus.HeaderDeadReason), raw.Header.Get(bus.HeaderDeadSubject)}
+		if w, ok := want[id]; !ok || got != w {
+			t.Errorf("dead letter %s: reason, subject = %q, want %q", id, got, w)
 		}
+		delete(want, id)
 	}
 	// A second copy of the same message (a redelivery that poisons again)
 	// is dropped by the stream's duplicate window.
