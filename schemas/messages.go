@@ -519,16 +519,32 @@ func (r RunSpec) Validate() error {
 	return nil
 }
 
-// RunStatus is the dispatcher's record of a run (BucketRuns).
+// RunStatus is the dispatcher's record of a run (BucketRuns). Which
+// episodes are done is recorded apart, in BucketCompletions.
 type RunStatus struct {
-	Spec      RunSpec   `json:"spec"`
-	Total     int       `json:"total"`
-	Published int       `json:"published"`
-	Done      int       `json:"done"`
-	Finished  bool      `json:"finished"`
-	Error     string    `json:"error,omitempty"`
+	Spec      RunSpec `json:"spec"`
+	Total     int     `json:"total"`
+	Published int     `json:"published"`
+	// Done counts the distinct planned episodes among the published ones
+	// that have a score.
+	Done     int    `json:"done"`
+	Finished bool   `json:"finished"`
+	Error    string `json:"error,omitempty"`
+	// Cancel, set by `medgym cancel`, asks the dispatcher to stop the run:
+	// CancelDrain (publish nothing more, let the episodes in flight finish)
+	// or CancelDrop (publish nothing more, withdraw the requests no worker
+	// took yet, and finish the run now).
+	Cancel string `json:"cancel,omitempty"`
+	// Cancelled is set with Finished when the run ended by a Cancel.
+	Cancelled bool      `json:"cancelled,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
+
+// Cancel modes of RunStatus.Cancel.
+const (
+	CancelDrain = "drain"
+	CancelDrop  = "drop"
+)
 
 // PolicyVersion announces a new policy (online RL).
 type PolicyVersion struct {
