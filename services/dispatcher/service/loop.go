@@ -80,6 +80,10 @@ func (d *Dispatcher) step(ctx context.Context, rs *runState, prog *progress, max
 	p := rs.plan
 	run := p.Spec.RunID
 	st, rev, err := d.status(ctx, run)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		d.log.Error("run status deleted: run loop stops", "run", run)
+		return errRunOver
+	}
 	if err != nil {
 		return fmt.Errorf("read run status: %w", err)
 	}
