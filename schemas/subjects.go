@@ -90,7 +90,7 @@ const (
 	BucketEpisodes = "MEDGYM_EPISODE_STATE"
 	// BucketCompletions holds which episodes of a run are scored
 	// (dispatcher-owned): key "<run>.<chunk>", value a bitmap of
-	// 65,536 episodes (bit i of chunk c: episode c·65536+i).
+	// 8,192 episodes (bit i of chunk c: episode c·8192+i).
 	BucketCompletions = "MEDGYM_RUN_DONE"
 )
 

@@ -63,7 +63,7 @@ func (c completions) mark(ctx context.Context, run string, i int) (bool, error) 
 
 // progress counts a run's scored episodes. It remembers the chunks found
 // full, which never change again, so a long run re-reads only the chunks
-// still filling; its memory is one int per 65,536 episodes.
+// still filling; its memory is one int per 8,192 episodes.
 type progress struct {
 	n    int   // planned episodes
 	full []int // chunk → its count once full, else -1

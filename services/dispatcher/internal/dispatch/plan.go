@@ -178,9 +178,11 @@ func (p *Plan) Lookup(episodeID string) (int, bool) {
 
 // ChunkBits is the number of episodes one completion chunk records: a run's
 // completion state is a bitmap (bit i set: episode i is scored), stored in
-// chunks of ChunkBits bits (8 KiB), so that it stays well under a key-value
-// entry's size limit and a score rewrites one small chunk.
-const ChunkBits = 1 << 16
+// chunks of ChunkBits bits (1 KiB), so that a score rewrites one small
+// entry (a million-episode run writes about 0.5 GB of chunk versions in all,
+// where 8 KiB chunks would write 4 GB) and a count re-reads only the few
+// chunks still filling.
+const ChunkBits = 1 << 13
 
 // Chunks is the number of chunks of a plan of n episodes.
 func Chunks(n int) int { return (n + ChunkBits - 1) / ChunkBits }
