@@ -3,14 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/bus/embedded"
+	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/store"
 )
 
@@ -142,5 +147,86 @@ func TestRunRefusesTooLarge(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "more than the limit of") || !strings.Contains(err.Error(), "--max-episodes") {
 			t.Fatalf("run %v: %v", args, err)
 		}
+	}
+}
+
+// TestCancelEmbeddedState: without --nats, `medgym cancel` opens the
+// embedded server's state, where no service runs, and finishes an
+// interrupted run itself, withdrawing its requests with --drop.
+func TestCancelEmbeddedState(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f := baseFlags(t)
+	ns, err := embedded.Start(embedded.Options{StoreDir: filepath.Join(f.state, "jetstream")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := bus.Connect(ctx, ns.ClientURL(), "test", newLogger(io.Discard, "error"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.runID, f.samples = "interrupted", 5
+	spec, err := f.spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(schemas.RunStatus{Spec: spec, Total: 5, Published: 2})
+	kv, err := conn.JS.KeyValue(ctx, schemas.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, "interrupted", b); err != nil {
+		t.Fatal(err)
+	}
+	req := schemas.EpisodeRequest{RunID: "interrupted", EpisodeID: "interrupted--t-k0", Task: schemas.TaskView{ID: "t", Dataset: "medcalcbench", Question: "q"},
+		Policy: spec.Policy, Options: spec.Options}
+	if err := conn.Publish(ctx, schemas.EpisodeRequested.For("interrupted"), "r0", req); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	ns.Shutdown()
+	ns.WaitForShutdown()
+
+	var out bytes.Buffer
+	if err := run(ctx, []string{"cancel", "--drop", "--state", f.state, "--store", f.store, "interrupted"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "cancelled (drop): 0 of 5 episodes stored, 2 published") {
+		t.Fatalf("cancel printed %q", out.String())
+	}
+	st, err := store.Open(ctx, f.store, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := st.ReadManifest(ctx, "interrupted"); err != nil || !m.Cancelled || m.Planned != 5 || m.Total != 0 {
+		t.Fatalf("manifest %+v, %v", m, err)
+	}
+	// The state says so, and the request is gone.
+	ns, err = embedded.Start(embedded.Options{StoreDir: filepath.Join(f.state, "jetstream")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	conn, err = bus.Connect(ctx, ns.ClientURL(), "test", newLogger(io.Discard, "error"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	kv, _ = conn.JS.KeyValue(ctx, schemas.BucketRuns)
+	e, err := kv.Get(ctx, "interrupted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs schemas.RunStatus
+	if err := json.Unmarshal(e.Value(), &rs); err != nil || !rs.Finished || !rs.Cancelled || rs.Cancel != schemas.CancelDrop {
+		t.Fatalf("status %+v, %v", rs, err)
+	}
+	s, _ := conn.JS.Stream(ctx, schemas.StreamEpisodes)
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(schemas.EpisodeRequested.For("interrupted")))
+	if err != nil || len(info.State.Subjects) != 0 {
+		t.Fatalf("requests left: %v, %v", info.State.Subjects, err)
 	}
 }
