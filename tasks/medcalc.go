@@ -184,6 +184,15 @@ func readMedCalc(ctx context.Context, path string) ([]Task, error) {
 	return out, nil
 }
 
+// medCalcProgram is the reference program of calculator fn on an entities
+// dict literal: an input outside the calculator's vocabulary exits with
+// status 1 and one line on stderr naming the calculator, parameter and
+// value (UnknownValue), not a traceback.
+func medCalcProgram(code, fn, entities string) string {
+	return code + "\n\nentities = " + entities + "\ntry:\n    answer = " + fn + "(entities)\n" +
+		"except UnknownValue as err:\n    sys.exit(\"medcalc: %s\" % err)\nprint(answer)\n"
+}
+
 // medCalcTask builds the task of one CSV record.
 func medCalcTask(rec []string, sections pySections) (Task, error) {
 	field := func(i int) string { return strings.TrimSpace(rec[i]) }
@@ -243,7 +252,7 @@ func medCalcTask(rec []string, sections pySections) (Task, error) {
 	if err != nil {
 		return Task{}, fmt.Errorf("calculator %d: %w", id, err)
 	}
-	ref := code + "\n\nentities = " + entities + "\nanswer = " + fn + "(entities)\nprint(answer)\n"
+	ref := medCalcProgram(code, fn, entities)
 	return Task{
 		View: schemas.TaskView{
 			ID:               medCalcID(row),
