@@ -79,6 +79,13 @@ var medCalcFuncs = map[int]string{
 	69: "gestational_age",
 }
 
+// medCalcIntegerIDs are the calculators whose answer is an integer score,
+// checked as round(answer) == truth (MedCalc-Bench's evaluate.py; the CSV's
+// Output Type "integer", less 69 whose answer is a (weeks, days) tuple).
+// Upstream task files carry no Output Type, so their loader reads it here.
+var medCalcIntegerIDs = map[int]bool{4: true, 15: true, 16: true, 17: true, 18: true, 20: true, 21: true,
+	25: true, 27: true, 28: true, 29: true, 32: true, 33: true, 36: true, 43: true, 45: true, 48: true, 51: true}
+
 // MedCalcErratum is one MedCalc-Bench v1.0 row whose label is wrong; the
 // loader leaves it out.
 type MedCalcErratum struct {

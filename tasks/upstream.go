@@ -24,7 +24,11 @@ import (
 // the files upstream's code reads (shared/notes/upstream.md §3.1), with
 // their exact field names. Task ids are "<dataset>-<index>", the index of
 // the task in its file (non-blank lines, from 0), as upstream's
-// start_idx/end_idx count. Upstream tasks carry no reference solution.
+// start_idx/end_idx and history_<index>.json count, followed by the row's
+// own identity where the dataset has one ("medcalcbench-4-row1032": line
+// index 4, MedCalc-Bench Row Number 1032; see upSpec.ident). MatchID finds a
+// task by either form. Truth.Extra keeps upstream_file, upstream_line and
+// upstream_id. Upstream tasks carry no reference solution.
 
 // ErrMissingField and ErrFieldType classify an upstream validation error.
 var (
@@ -208,6 +212,9 @@ func scalarText(v json.RawMessage) (string, bool) {
 // upSpec describes one upstream dataset.
 type upSpec struct {
 	train, test string // file names per split
+	// ident is the field holding the row's own identity ("" when the
+	// dataset has none) and prefix its label in the task id.
+	ident, prefix string
 	// build maps one row to a task (without id, dataset and split).
 	build func(r upRow, c *upCtx) (Task, error)
 }
@@ -221,18 +228,93 @@ type upCtx struct {
 
 // upstreamSpecs lists the 12 MedAgentGym datasets and their files.
 var upstreamSpecs = map[string]upSpec{
-	"mimic_iii":     {train: "train_tasks.jsonl", test: "valid_tasks.jsonl", build: upEHRSQL},
-	"eicu":          {train: "train_tasks.jsonl", test: "valid_tasks.jsonl", build: upEHRSQL},
-	"treqs":         {train: "train_tasks.jsonl", test: "test_tasks.jsonl", build: upTREQS},
-	"medcalcbench":  {train: "train_tasks_all.jsonl", test: "test_tasks.jsonl", build: upMedCalc},
-	"medagentbench": {train: "train_tasks.jsonl", test: "test_tasks.jsonl", build: upMedAgentBench},
-	"biocoder":      {train: "train_tasks.jsonl", test: "test_tasks.jsonl", build: upBioCoder},
-	"biodsbench":    {train: "train_tasks.jsonl", test: "test_tasks.jsonl", build: upBioDSBench},
-	"ehrshot":       {train: "task.jsonl", test: "task.jsonl", build: upEHRSHOT},
+	"mimic_iii":     {train: "train_tasks.jsonl", test: "valid_tasks.jsonl", ident: "id", build: upEHRSQL},
+	"eicu":          {train: "train_tasks.jsonl", test: "valid_tasks.jsonl", ident: "id", build: upEHRSQL},
+	"treqs":         {train: "train_tasks.jsonl", test: "test_tasks.jsonl", ident: "id", build: upTREQS},
+	"medcalcbench":  {train: "train_tasks_all.jsonl", test: "test_tasks.jsonl", ident: "Row Number", prefix: "row", build: upMedCalc},
+	"medagentbench": {train: "train_tasks.jsonl", test: "test_tasks.jsonl", ident: "id", build: upMedAgentBench},
+	"biocoder":      {train: "train_tasks.jsonl", test: "test_tasks.jsonl", ident: "idx", build: upBioCoder},
+	"biodsbench":    {train: "train_tasks.jsonl", test: "test_tasks.jsonl", ident: "question_ids", prefix: "q", build: upBioDSBench},
+	"ehrshot":       {train: "task.jsonl", test: "task.jsonl", ident: "task_id", build: upEHRSHOT},
 	"ehr_seqsql":    {train: "train_tasks.jsonl", test: "test_tasks.jsonl", build: upSeqSQL},
 	"ehrcon":        {train: "train_tasks.jsonl", test: "test_tasks.jsonl", build: upEHRCon},
-	"npowerai":      {train: "train_tasks.jsonl", test: "test_tasks.jsonl", build: upNPowerAI},
-	"mimic_extract": {train: "test_tasks.jsonl", test: "test_tasks.jsonl", build: upMIMICExtract},
+	"npowerai":      {train: "train_tasks.jsonl", test: "test_tasks.jsonl", ident: "task_id", build: upNPowerAI},
+	"mimic_extract": {train: "test_tasks.jsonl", test: "test_tasks.jsonl", ident: "task_name", build: upMIMICExtract},
+}
+
+// upIdentMax bounds the identity part of a task id (BioCoder's idx is a
+// sha256).
+const upIdentMax = 16
+
+// upIdent is the id suffix of a row's own identity: the ident field's value
+// with every character outside [A-Za-z0-9_] replaced by '_', at most
+// upIdentMax long; "" when the dataset or the row has none.
+func upIdent(sp upSpec, r upRow) (raw, suffix string) {
+	if sp.ident == "" || !r.has(sp.ident) {
+		return "", ""
+	}
+	v, ok := scalarText(r[sp.ident])
+	if !ok || strings.TrimSpace(v) == "" {
+		return "", ""
+	}
+	var b strings.Builder
+	b.WriteString(sp.prefix)
+	for _, c := range strings.TrimSpace(v) {
+		if b.Len() >= len(sp.prefix)+upIdentMax {
+			break
+		}
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_':
+			b.WriteRune(c)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	return v, b.String()
+}
+
+// MatchID reports whether task id answers to want: the same id, or an
+// upstream task id "<dataset>-<index>-<identity>" asked for by its
+// "<dataset>-<index>" part (upstream's own index).
+func MatchID(id, want string) bool {
+	return id == want || (strings.HasPrefix(id, want+"-") && !strings.Contains(id[len(want)+1:], "-") &&
+		want != "" && want[len(want)-1] >= '0' && want[len(want)-1] <= '9')
+}
+
+// UpstreamPresent lists the upstream datasets that have a folder under
+// dir, sorted.
+func UpstreamPresent(dir string) ([]string, error) {
+	var out []string
+	for _, ds := range UpstreamDatasets() {
+		fi, err := os.Stat(filepath.Join(dir, ds))
+		switch {
+		case err == nil && fi.IsDir():
+			out = append(out, ds)
+		case err != nil && !errors.Is(err, fs.ErrNotExist):
+			return nil, fmt.Errorf("upstream tasks: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// UpstreamSplits splits splits into those whose file exists under dir for
+// dataset and those whose file is missing.
+func UpstreamSplits(dir, dataset string, splits []string) (present, missing []string, err error) {
+	for _, sp := range splits {
+		rel, err := UpstreamFile(dataset, sp)
+		if err != nil {
+			return nil, nil, err
+		}
+		switch _, err := os.Stat(filepath.Join(dir, rel)); {
+		case err == nil:
+			present = append(present, sp)
+		case errors.Is(err, fs.ErrNotExist):
+			missing = append(missing, sp)
+		default:
+			return nil, nil, fmt.Errorf("upstream tasks: %w", err)
+		}
+	}
+	return present, missing, nil
 }
 
 // UpstreamDatasets lists the upstream dataset names LoadUpstream reads.
@@ -301,6 +383,19 @@ func LoadUpstream(ctx context.Context, src Source) ([]Task, error) {
 			return nil, &UpstreamError{File: path, Line: line, Err: err}
 		}
 		t.View.ID = fmt.Sprintf("%s-%d", src.Dataset, len(out))
+		raw, suffix := upIdent(sp, row)
+		if suffix != "" {
+			t.View.ID += "-" + suffix
+		}
+		if t.Truth.Extra == nil {
+			t.Truth.Extra = map[string]string{}
+		}
+		t.Truth.Extra["upstream_file"] = rel
+		t.Truth.Extra["upstream_line"] = strconv.Itoa(line)
+		t.Truth.Extra["upstream_index"] = strconv.Itoa(len(out))
+		if raw != "" {
+			t.Truth.Extra["upstream_id"] = sp.ident + " " + raw
+		}
 		t.View.Dataset = src.Dataset
 		t.View.Split = split
 		t.View.AnswerType = t.Truth.Type
@@ -345,6 +440,16 @@ func goldTruth(vals []string) Truth {
 		tr.Answer = string(b)
 	}
 	return tr
+}
+
+// atoiOr is the integer s holds (as text or a float with no fraction), or
+// def.
+func atoiOr(s string, def int) int {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || f != math.Trunc(f) {
+		return def
+	}
+	return int(f)
 }
 
 func isFloat(s string) bool {
@@ -496,6 +601,9 @@ func upMedCalc(r upRow, _ *upCtx) (Task, error) {
 		tr.Type = schemas.AnswerDate
 	case upTupleRe.MatchString(ans):
 		tr.Type = schemas.AnswerTuple
+	case isFloat(ans) && medCalcIntegerIDs[atoiOr(calc, -1)]:
+		// As the built-in tasks: round(answer) == truth, not [x, x] limits.
+		tr.Type = schemas.AnswerInteger
 	case isFloat(ans):
 		tr.Type = schemas.AnswerNumber
 		l, errL := strconv.ParseFloat(strings.TrimSpace(lo), 64)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
 	"github.com/medgym/medgym/schemas"
@@ -34,11 +35,20 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *format != "text" && *format != "json" {
+		return fmt.Errorf("tasks %s: --format %q: want text or json", sub, *format)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	plan, err := tasksPlan(*tasksDir, splitList(*datasets), splitList(*splits), set["dataset"], set["split"], stderr)
+	if err != nil {
+		return err
+	}
 	load := func() ([]tasks.Task, error) {
 		var all []tasks.Task
-		for _, ds := range splitList(*datasets) {
-			for _, sp := range splitList(*splits) {
-				ts, err := tasks.Load(ctx, tasks.Source{Dataset: ds, Split: sp, DataRoot: *data, TasksDir: *tasksDir, LibraryDir: *library})
+		for _, p := range plan {
+			for _, sp := range p.splits {
+				ts, err := tasks.Load(ctx, tasks.Source{Dataset: p.dataset, Split: sp, DataRoot: *data, TasksDir: *tasksDir, LibraryDir: *library})
 				if err != nil {
 					return nil, err
 				}
@@ -94,6 +104,17 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
+		if *format == "json" {
+			rows := make([]taskListRow, len(all))
+			for i, t := range all {
+				rows[i] = taskListRow{ID: t.View.ID, Dataset: t.View.Dataset, Split: t.View.Split,
+					Category: t.View.Category, AnswerType: string(t.View.AnswerType), Question: t.View.Question,
+					Upstream: upstreamIdentity(t)}
+			}
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(rows)
+		}
 		for _, t := range all {
 			fmt.Fprintf(stdout, "%s\t%s\t%s\t%s\n", t.View.ID, t.View.Split, t.View.Category, oneLine(t.View.Question, 80))
 		}
@@ -108,13 +129,106 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		for _, t := range all {
-			if t.View.ID == id {
-				return showTask(stdout, t.View)
+			if tasks.MatchID(t.View.ID, id) {
+				if *format == "json" {
+					enc := json.NewEncoder(stdout)
+					enc.SetIndent("", "  ")
+					return enc.Encode(struct {
+						schemas.TaskView
+						Upstream string `json:"upstream,omitempty"`
+					}{t.View, upstreamIdentity(t)})
+				}
+				if err := showTask(stdout, t.View); err != nil {
+					return err
+				}
+				if u := upstreamIdentity(t); u != "" {
+					fmt.Fprintf(stdout, "\n--- upstream ---\n%s\n", u)
+				}
+				return nil
 			}
 		}
 		return fmt.Errorf("task %q not found in %s (%s)", id, *datasets, *splits)
 	}
 	return fmt.Errorf("unknown tasks command %q", sub)
+}
+
+// taskListRow is one task of `tasks list --format json`: what the agent
+// sees of it, without instruction and context, and never the ground truth.
+type taskListRow struct {
+	ID         string `json:"id"`
+	Dataset    string `json:"dataset"`
+	Split      string `json:"split"`
+	Category   string `json:"category"`
+	AnswerType string `json:"answer_type"`
+	Question   string `json:"question"`
+	Upstream   string `json:"upstream,omitempty"`
+}
+
+// upstreamIdentity says where an upstream task comes from: file, line,
+// upstream's index and the row's own id field; "" for a built-in task.
+func upstreamIdentity(t tasks.Task) string {
+	x := t.Truth.Extra
+	if x["upstream_file"] == "" {
+		return ""
+	}
+	s := fmt.Sprintf("%s line %s, index %s", x["upstream_file"], x["upstream_line"], x["upstream_index"])
+	if x["upstream_id"] != "" {
+		s += ", " + x["upstream_id"]
+	}
+	return s
+}
+
+// datasetSplits is one dataset and the splits to load of it.
+type datasetSplits struct {
+	dataset string
+	splits  []string
+}
+
+// tasksPlan decides what the tasks commands load. Built-in: every dataset
+// with every split asked. With an upstream folder (tasksDir), the datasets
+// default to the folders present, and splits not given explicitly default
+// to the split files present, the missing ones named on warn; a split asked
+// explicitly must exist (Load says which file is missing).
+func tasksPlan(tasksDir string, datasets, splits []string, datasetSet, splitSet bool, warn io.Writer) ([]datasetSplits, error) {
+	if tasksDir == "" {
+		out := make([]datasetSplits, len(datasets))
+		for i, ds := range datasets {
+			out[i] = datasetSplits{ds, splits}
+		}
+		return out, nil
+	}
+	if !datasetSet {
+		present, err := tasks.UpstreamPresent(tasksDir)
+		if err != nil {
+			return nil, err
+		}
+		if len(present) == 0 {
+			return nil, fmt.Errorf("--tasks-dir %s: no upstream dataset folder in it (upstream datasets: %s)",
+				tasksDir, strings.Join(tasks.UpstreamDatasets(), ", "))
+		}
+		datasets = present
+	}
+	var out []datasetSplits
+	for _, ds := range datasets {
+		if splitSet {
+			out = append(out, datasetSplits{ds, splits})
+			continue
+		}
+		present, missing, err := tasks.UpstreamSplits(tasksDir, ds, splits)
+		if err != nil {
+			return nil, err
+		}
+		for _, sp := range missing {
+			rel, _ := tasks.UpstreamFile(ds, sp)
+			fmt.Fprintf(warn, "medgym: upstream %s: no %s split (%s is missing); loading %s\n", ds, sp,
+				filepath.Join(tasksDir, rel), strings.Join(present, ", "))
+		}
+		if len(present) == 0 {
+			return nil, fmt.Errorf("--tasks-dir %s: dataset %s has none of the split files %s", tasksDir, ds, strings.Join(splits, ", "))
+		}
+		out = append(out, datasetSplits{ds, present})
+	}
+	return out, nil
 }
 
 // showTask prints a task as the agent sees it: never the ground truth.
