@@ -79,9 +79,7 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		}
 		if *format == "json" {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(struct {
+						return writeJSON(stdout, struct {
 				tasks.Summary
 				Total   int                      `json:"total"`
 				Overlap map[string]tasks.Overlap `json:"train_test_10gram_overlap"`
@@ -111,9 +109,7 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 					Category: t.View.Category, AnswerType: string(t.View.AnswerType), Question: t.View.Question,
 					Upstream: upstreamIdentity(t)}
 			}
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(rows)
+						return writeJSON(stdout, rows)
 		}
 		for _, t := range all {
 			fmt.Fprintf(stdout, "%s\t%s\t%s\t%s\n", t.View.ID, t.View.Split, t.View.Category, oneLine(t.View.Question, 80))
@@ -131,9 +127,7 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		for _, t := range all {
 			if tasks.MatchID(t.View.ID, id) {
 				if *format == "json" {
-					enc := json.NewEncoder(stdout)
-					enc.SetIndent("", "  ")
-					return enc.Encode(struct {
+										return writeJSON(stdout, struct {
 						schemas.TaskView
 						Upstream string `json:"upstream,omitempty"`
 					}{t.View, upstreamIdentity(t)})
@@ -150,6 +144,13 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("task %q not found in %s (%s)", id, *datasets, *splits)
 	}
 	return fmt.Errorf("unknown tasks command %q", sub)
+}
+
+// writeJSON writes v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // taskListRow is one task of `tasks list --format json`: what the agent
