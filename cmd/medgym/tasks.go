@@ -79,7 +79,7 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		}
 		if *format == "json" {
-						return writeJSON(stdout, struct {
+			return writeJSON(stdout, struct {
 				tasks.Summary
 				Total   int                      `json:"total"`
 				Overlap map[string]tasks.Overlap `json:"train_test_10gram_overlap"`
@@ -109,7 +109,7 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 					Category: t.View.Category, AnswerType: string(t.View.AnswerType), Question: t.View.Question,
 					Upstream: upstreamIdentity(t)}
 			}
-						return writeJSON(stdout, rows)
+			return writeJSON(stdout, rows)
 		}
 		for _, t := range all {
 			fmt.Fprintf(stdout, "%s\t%s\t%s\t%s\n", t.View.ID, t.View.Split, t.View.Category, oneLine(t.View.Question, 80))
@@ -127,7 +127,7 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		for _, t := range all {
 			if tasks.MatchID(t.View.ID, id) {
 				if *format == "json" {
-										return writeJSON(stdout, struct {
+					return writeJSON(stdout, struct {
 						schemas.TaskView
 						Upstream string `json:"upstream,omitempty"`
 					}{t.View, upstreamIdentity(t)})
