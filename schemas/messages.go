@@ -170,12 +170,37 @@ type EpisodeOptions struct {
 	LoopGuard string `json:"loop_guard,omitempty"`
 	// VerifierMode is "strict" (default) or "upstream".
 	VerifierMode string `json:"verifier_mode,omitempty"`
+	// Compat is "" (medgym's episode rules) or CompatUpstream: MedAgentGym's
+	// episode rules as well as its verifier rules, to reproduce or refute a
+	// paper number. It requires the other fields to be UpstreamOptions' and
+	// changes what they cannot say: the prompt lists upstream's actions only
+	// (with upstream's "exactly three" header), an action the task does not
+	// advertise is still executed (upstream has no whitelist), and reaching
+	// the turn limit is a failure whatever the last output. Absent in run
+	// specs written before it; those keep medgym's rules.
+	Compat string `json:"compat,omitempty"`
 }
+
+// CompatUpstream is EpisodeOptions.Compat for MedAgentGym's rules (upstream
+// commit e1e639e, shared/notes/upstream.md).
+const CompatUpstream = "upstream"
 
 // DefaultOptions are medgym's defaults (upstream's 15 turns, 120 s actions).
 func DefaultOptions() EpisodeOptions {
 	return EpisodeOptions{MaxTurns: 15, EndOn: EndOnBoth, ActionTimeoutSec: 120, LoopGuard: "warn", VerifierMode: "strict"}
 }
+
+// UpstreamOptions are MedAgentGym's episode rules (Compat upstream): 15
+// steps, the first accepted execution ends the episode, 120 s per code
+// execution and no episode clock, no loop guard, no verdict shown, the
+// upstream verifier rules.
+func UpstreamOptions() EpisodeOptions {
+	return EpisodeOptions{MaxTurns: 15, EndOn: EndOnAccepted, ActionTimeoutSec: 120, LoopGuard: "off",
+		VerifierMode: "upstream", Compat: CompatUpstream}
+}
+
+// Upstream reports whether o asks for MedAgentGym's episode rules.
+func (o EpisodeOptions) Upstream() bool { return o.Compat == CompatUpstream }
 
 // Validate checks the options.
 func (o EpisodeOptions) Validate() error {
@@ -194,6 +219,26 @@ func (o EpisodeOptions) Validate() error {
 	case "", "strict", "upstream":
 	default:
 		return fmt.Errorf("options: verifier_mode %q (want strict or upstream)", o.VerifierMode)
+	}
+	switch o.Compat {
+	case "":
+	case CompatUpstream:
+		u := UpstreamOptions()
+		for _, c := range []struct {
+			field     string
+			got, want any
+		}{
+			{"max_turns", o.MaxTurns, u.MaxTurns}, {"end_on", o.EndOn, u.EndOn},
+			{"show_verdict", o.ShowVerdict, u.ShowVerdict}, {"action_timeout_sec", o.ActionTimeoutSec, u.ActionTimeoutSec},
+			{"episode_timeout_sec", o.EpisodeTimeoutSec, u.EpisodeTimeoutSec}, {"loop_guard", o.LoopGuard, u.LoopGuard},
+			{"verifier_mode", o.VerifierMode, u.VerifierMode},
+		} {
+			if c.got != c.want {
+				return fmt.Errorf("options: compat upstream requires %s %v (upstream's rule), got %v", c.field, c.want, c.got)
+			}
+		}
+	default:
+		return fmt.Errorf("options: compat %q (want \"\" or %q)", o.Compat, CompatUpstream)
 	}
 	return nil
 }

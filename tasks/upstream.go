@@ -849,8 +849,9 @@ func upEHRCon(r upRow, c *upCtx) (Task, error) {
 	extra := " The database is the SQLite file /data/" + c.dataset + "/EHRCon_combined.db and the clinical notes are in " +
 		"/data/" + c.dataset + "/clinical_notes.csv."
 	return Task{
+		// Upstream's EHRCon task is the one that advertises all four actions.
 		View: schemas.TaskView{Question: q, Instruction: upEHRInstruction(c.dataset, upMIMICTables, extra),
-			Resources: []string{c.dataset}, PermittedActions: append([]string(nil), ehrsqlActions...)},
+			Resources: []string{c.dataset}, PermittedActions: []string{"request_info", "validate_code", "debug", "terminal", "answer"}},
 		Truth: Truth{Type: schemas.AnswerBoolean, Answer: strconv.FormatBool(hasErr),
 			Extra: map[string]string{"n_inconsistencies": n, "admission": adm, "entity": entity}},
 	}, nil
