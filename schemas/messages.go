@@ -25,6 +25,10 @@ const (
 	// AnswerPredictions is a predictions file (TaskView.OutputFiles) scored
 	// against gold labels (accuracy, optionally AUROC).
 	AnswerPredictions AnswerType = "predictions"
+	// AnswerOutput is the whole stdout of the task's program (TaskView.Harness
+	// with the agent's code spliced in), compared exactly with the
+	// reference program's (BioCoder).
+	AnswerOutput AnswerType = "output"
 )
 
 // Outcome is the typed end of an episode.
@@ -105,7 +109,15 @@ type TaskView struct {
 	// write (e.g. "predictions.csv"); the sandbox returns their contents
 	// after each validate_code run (ExecResult.Files).
 	OutputFiles []string `json:"output_files,omitempty"`
+	// Harness, when set, is the program a validate_code action runs: the
+	// action's code replaces every HarnessMarker in it (upstream BioCoder's
+	// context code, never shown in the prompt).
+	Harness string `json:"harness,omitempty"`
 }
+
+// HarnessMarker is where TaskView.Harness takes the agent's code
+// (upstream's BioCoder marker).
+const HarnessMarker = "<<insert solution here>>"
 
 // Validate checks the fields every consumer relies on.
 func (t TaskView) Validate() error {
@@ -333,6 +345,9 @@ type ActionRequest struct {
 	// OutputFiles are workspace-relative files to return after a
 	// validate_code run (copied from TaskView.OutputFiles).
 	OutputFiles []string `json:"output_files,omitempty"`
+	// Harness is TaskView.Harness: a validate_code action (and its replays)
+	// runs the harness with the code in place of HarnessMarker.
+	Harness string `json:"harness,omitempty"`
 }
 
 // Validate checks the request.

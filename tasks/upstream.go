@@ -224,6 +224,8 @@ type upCtx struct {
 	dataset string
 	dir     string // <TasksDir>/<dataset>
 	extra   map[string]string
+	// bioOutputs are BioCoder's reference outputs (read with extra).
+	bioOutputs map[string]BioCoderOutput
 }
 
 // upstreamSpecs lists the 12 MedAgentGym datasets and their files.
@@ -404,6 +406,18 @@ func LoadUpstream(ctx context.Context, src Source) ([]Task, error) {
 		}
 		if t.View.Category == "" {
 			t.View.Category = src.Dataset
+		}
+		if src.Dataset == "biocoder" {
+			if c.extra == nil {
+				outs, err := readBioCoderOutputs(src.TasksDir)
+				if err != nil {
+					return nil, err
+				}
+				c.bioOutputs, c.extra = outs, map[string]string{}
+			}
+			if err := attachBioCoderOutput(&t, c.bioOutputs, rel, line); err != nil {
+				return nil, &UpstreamError{File: path, Line: line, Err: err}
+			}
 		}
 		if err := t.View.Validate(); err != nil {
 			return nil, &UpstreamError{File: path, Line: line, Err: err}
@@ -725,14 +739,92 @@ func upBioCoder(r upRow, _ *upCtx) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
+	solution, err := r.optStr("solution")
+	if err != nil {
+		return Task{}, err
+	}
 	instr := "You are a bioinformatics expert. Write a python function that solves the problem below. Only write the " +
 		"function (with the imports it needs); it will be inserted into a larger program. The function must have " +
 		"this signature:\n" + sig
+	// Graded by output (schemas.AnswerOutput): the agent's function runs
+	// inside the context (View.Harness), its stdout against the reference
+	// solution's, run the same way (BioCoderOutputs; attachBioCoderOutput).
 	return Task{
-		View: schemas.TaskView{Question: problem, Instruction: instr,
-			PermittedActions: append([]string(nil), medCalcActions...)},
-		Truth: Truth{Type: schemas.AnswerString, Extra: map[string]string{"idx": idx, "context": ctxCode, "code": code}},
+		View: schemas.TaskView{Question: problem, Instruction: instr, Harness: ctxCode,
+			PermittedActions: []string{"validate_code", "debug", "terminal"}},
+		Truth: Truth{Type: schemas.AnswerOutput, Extra: map[string]string{"idx": idx, "context": ctxCode, "code": code,
+			"solution": solution}},
 	}, nil
+}
+
+// BioCoderOutputsFile is where `medgym tasks reference-outputs` writes the
+// output of every BioCoder reference solution, relative to TasksDir.
+const BioCoderOutputsFile = "biocoder/medgym_reference_outputs.jsonl"
+
+// BioCoderOutput is one line of BioCoderOutputsFile: the run of one task's
+// reference solution spliced into its context, in the sandbox, as an
+// agent's function is run. File and Line name the task (as Truth.Extra's
+// upstream_file and upstream_line), Idx guards against a changed task file.
+type BioCoderOutput struct {
+	File     string `json:"file"`
+	Line     int    `json:"line"`
+	Idx      string `json:"idx"`
+	Status   string `json:"status"`
+	ExitCode int    `json:"exit_code"`
+	Stdout   string `json:"stdout"`
+	// Message is the run's observation text (upstream's env_message: stdout
+	// then stderr), the ground truth of upstream's rule.
+	Message string `json:"message"`
+}
+
+// Truth.Extra["reference_output"] says whether a BioCoder task has its
+// reference output: "ok", "missing" (no outputs file or no line for the
+// task) or "failed" (the reference did not exit cleanly).
+
+// readBioCoderOutputs reads BioCoderOutputsFile under dir, keyed by
+// file:line; a missing file is an empty map.
+func readBioCoderOutputs(dir string) (map[string]BioCoderOutput, error) {
+	path := filepath.Join(dir, BioCoderOutputsFile)
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]BioCoderOutput{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("upstream tasks: %w", err)
+	}
+	out := map[string]BioCoderOutput{}
+	for i, line := range bytes.Split(raw, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var o BioCoderOutput
+		if err := json.Unmarshal(line, &o); err != nil {
+			return nil, &UpstreamError{File: path, Line: i + 1, Err: fmt.Errorf("not a reference output: %w", err)}
+		}
+		out[o.File+":"+strconv.Itoa(o.Line)] = o
+	}
+	return out, nil
+}
+
+// attachBioCoderOutput sets t's truth from its reference run: Answer is the
+// reference's stdout, Extra["reference_message"] its env_message.
+func attachBioCoderOutput(t *Task, outs map[string]BioCoderOutput, rel string, line int) error {
+	o, ok := outs[rel+":"+strconv.Itoa(line)]
+	switch {
+	case !ok:
+		t.Truth.Extra["reference_output"] = "missing"
+		return nil
+	case o.Idx != t.Truth.Extra["idx"]:
+		return fmt.Errorf("%s has the output of idx %q for this line, the task is idx %q: the task file changed, "+
+			"run medgym tasks reference-outputs again", BioCoderOutputsFile, o.Idx, t.Truth.Extra["idx"])
+	case o.Status != schemas.StatusOK || o.ExitCode != 0:
+		t.Truth.Extra["reference_output"] = "failed"
+	default:
+		t.Truth.Extra["reference_output"] = "ok"
+	}
+	t.Truth.Answer = o.Stdout
+	t.Truth.Extra["reference_message"] = o.Message
+	return nil
 }
 
 // upBioDSBench maps a BioDSBench row: question = queries + cot_instructions.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -249,5 +250,53 @@ func TestUpstreamDiscovery(t *testing.T) {
 	}
 	if _, _, err := UpstreamSplits(dir, "medcalcbench", []string{"dev"}); err == nil {
 		t.Error("unknown split accepted")
+	}
+}
+
+// TestBioCoderOutputs checks how the loader attaches reference outputs: by
+// file and line, a stale idx an error, a failed run marked as such.
+func TestBioCoderOutputs(t *testing.T) {
+	dir := t.TempDir()
+	src, err := os.ReadFile(filepath.Join("testdata", "upstream-biocoder", "biocoder", "test_tasks.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "biocoder"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "biocoder", "test_tasks.jsonl"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	load := func(outputs string) ([]Task, error) {
+		if err := os.WriteFile(filepath.Join(dir, BioCoderOutputsFile), []byte(outputs), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return LoadUpstream(t.Context(), Source{Dataset: "biocoder", Split: "test", TasksDir: dir})
+	}
+	ts, err := load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx0, idx1 := ts[0].Truth.Extra["idx"], ts[1].Truth.Extra["idx"]
+	if ts[0].Truth.Type != schemas.AnswerOutput || ts[0].Truth.Extra["reference_output"] != "missing" ||
+		!strings.Contains(ts[0].View.Harness, schemas.HarnessMarker) || slices.Contains(ts[0].View.PermittedActions, "answer") {
+		t.Fatalf("no outputs: %+v / %+v", ts[0].View, ts[0].Truth)
+	}
+	ts, err = load(`{"file":"biocoder/test_tasks.jsonl","line":1,"idx":"` + idx0 + `","status":"ok","exit_code":0,"stdout":"x 0.5\n","message":"x 0.5\n"}` + "\n" +
+		`{"file":"biocoder/test_tasks.jsonl","line":2,"idx":"` + idx1 + `","status":"error","exit_code":1,"stdout":"","message":"Traceback"}` + "\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts[0].Truth.Answer != "x 0.5\n" || ts[0].Truth.Extra["reference_output"] != "ok" ||
+		ts[1].Truth.Extra["reference_output"] != "failed" || ts[1].Truth.Extra["reference_message"] != "Traceback" ||
+		ts[2].Truth.Extra["reference_output"] != "missing" {
+		t.Fatalf("outputs: %+v / %+v / %+v", ts[0].Truth, ts[1].Truth, ts[2].Truth)
+	}
+	if _, err := load(`{"file":"biocoder/test_tasks.jsonl","line":1,"idx":"` + idx1 + `","status":"ok","stdout":"x"}` + "\n"); err == nil ||
+		!strings.Contains(err.Error(), "task file changed") || !strings.Contains(err.Error(), "test_tasks.jsonl:1") {
+		t.Fatalf("stale outputs: %v", err)
+	}
+	if _, err := load("not json\n"); err == nil || !strings.Contains(err.Error(), BioCoderOutputsFile+":1") {
+		t.Fatalf("bad outputs file: %v", err)
 	}
 }

@@ -6,16 +6,19 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/medgym/medgym/schemas"
+	sandboxworker "github.com/medgym/medgym/services/sandbox-worker/service"
 	"github.com/medgym/medgym/tasks"
 )
 
 func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: medgym tasks stats|show|list|verify [flags]")
+		return fmt.Errorf("usage: medgym tasks stats|show|list|verify|generate|reference-outputs [flags]")
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
@@ -23,6 +26,8 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return cmdTasksVerify(ctx, args, stdout, stderr)
 	case "generate":
 		return cmdTasksGenerate(ctx, args, stdout, stderr)
+	case "reference-outputs":
+		return cmdTasksReferenceOutputs(ctx, args, stdout, stderr)
 	}
 	fs := flag.NewFlagSet("tasks "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -297,5 +302,83 @@ func cmdTasksGenerate(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	fmt.Fprintf(stdout, "task library written to %s\n", *library)
+	return nil
+}
+
+// cmdTasksReferenceOutputs runs the reference solution of every BioCoder
+// task of an upstream folder the way an agent's function runs (spliced into
+// the task's context, in the sandbox) and writes the outputs to
+// tasks.BioCoderOutputsFile, where the loader finds them for strict grading.
+func cmdTasksReferenceOutputs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tasks reference-outputs", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	tasksDir := fs.String("tasks-dir", "", "upstream MedAgentGym task folder (required)")
+	backend := fs.String("backend", "bwrap", "sandbox backend: bwrap or docker")
+	timeout := fs.Int("timeout", 120, "seconds per reference run (upstream: 120)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *tasksDir == "" {
+		return fmt.Errorf("tasks reference-outputs: --tasks-dir is required")
+	}
+	present, missing, err := tasks.UpstreamSplits(*tasksDir, "biocoder", []string{"train", "test"})
+	if err != nil {
+		return err
+	}
+	if len(present) == 0 {
+		return fmt.Errorf("tasks reference-outputs: %s has no biocoder task file (%s)", *tasksDir, strings.Join(missing, ", "))
+	}
+	log := newLogger(stderr, "warn")
+	cfg := sandboxworker.SandboxConfig{Backend: *backend}
+	var outs []tasks.BioCoderOutput
+	var silent, failed int
+	for _, split := range present {
+		ts, err := tasks.LoadUpstream(ctx, tasks.Source{Dataset: "biocoder", Split: split, TasksDir: *tasksDir})
+		if err != nil {
+			return err
+		}
+		for _, t := range ts {
+			x := t.Truth.Extra
+			code, harness := x["solution"], t.View.Harness
+			if code == "" { // no solution field: upstream's code is the context already filled in
+				code, harness = x["code"], ""
+			}
+			params, _ := json.Marshal(map[string]string{"code": code})
+			req := schemas.ActionRequest{
+				Ref: schemas.EpisodeRef{RunID: "refout", EpisodeID: "refout-" + split + "-" + x["upstream_line"], TaskID: t.View.ID,
+					Dataset: "biocoder", Split: split},
+				Action: schemas.Action{Name: schemas.ActionValidateCode, Params: params}, TimeoutSec: *timeout, Harness: harness,
+			}
+			res, err := sandboxworker.Exec(ctx, cfg, req, log)
+			if err != nil {
+				return fmt.Errorf("tasks reference-outputs: %s: %w", t.View.ID, err)
+			}
+			line, _ := strconv.Atoi(x["upstream_line"])
+			o := tasks.BioCoderOutput{File: x["upstream_file"], Line: line, Idx: x["idx"], Status: res.Status,
+				ExitCode: res.ExitCode, Stdout: res.Stdout, Message: res.Message}
+			switch {
+			case res.Status != schemas.StatusOK || res.ExitCode != 0:
+				failed++
+				fmt.Fprintf(stderr, "medgym: %s: the reference solution failed (%s, exit %d): strict mode will accept nothing for it\n",
+					t.View.ID, res.Status, res.ExitCode)
+			case strings.TrimSpace(res.Stdout) == "":
+				silent++
+				fmt.Fprintf(stderr, "medgym: %s: the reference solution prints nothing: strict mode will accept nothing for it\n", t.View.ID)
+			}
+			outs = append(outs, o)
+		}
+	}
+	var b strings.Builder
+	for _, o := range outs {
+		line, _ := json.Marshal(o)
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	path := filepath.Join(*tasksDir, tasks.BioCoderOutputsFile)
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("tasks reference-outputs: %w", err)
+	}
+	fmt.Fprintf(stdout, "%d biocoder reference outputs written to %s (%d failed, %d silent: not gradable in strict mode)\n",
+		len(outs), path, failed, silent)
 	return nil
 }

@@ -8,19 +8,20 @@ import (
 	"testing"
 )
 
-// upstreamDir is a MedAgentGym task folder as a user has it: only
-// medcalcbench/test_tasks.jsonl (upstream ships no train file for it).
-func upstreamDir(t *testing.T) string {
+// upstreamFolder is a MedAgentGym task folder as a user has it: one task
+// file, <dataset>/<file>, copied from the fixture folder fixture under
+// tasks/testdata.
+func upstreamFolder(t *testing.T, fixture, dataset, file string) string {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join("..", "..", "tasks", "testdata", "upstream", "medcalcbench", "test_tasks.jsonl"))
+	src, err := os.ReadFile(filepath.Join("..", "..", "tasks", "testdata", fixture, dataset, file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "medcalcbench"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, dataset), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "medcalcbench", "test_tasks.jsonl"), src, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, dataset, file), src, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -30,7 +31,8 @@ func upstreamDir(t *testing.T) string {
 // a new user would: no --split, no --dataset, JSON output, show by
 // upstream's index.
 func TestTasksUpstreamFolder(t *testing.T) {
-	dir := upstreamDir(t)
+	// Only medcalcbench/test_tasks.jsonl: upstream ships no train file for it.
+	dir := upstreamFolder(t, "upstream", "medcalcbench", "test_tasks.jsonl")
 	for _, args := range [][]string{
 		{"tasks", "stats", "--tasks-dir", dir, "--dataset", "medcalcbench"},
 		{"tasks", "stats", "--tasks-dir", dir},

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/schemas/parquet"
 	"github.com/medgym/medgym/services/llm-worker/fakellm"
 	"github.com/medgym/medgym/tasks"
 )
@@ -89,22 +90,8 @@ func TestRunUpstreamCompat(t *testing.T) {
 		{"solved", []string{codeAction(ts[3].Reference)}, schemas.OutcomeCorrect, 1},
 		{"never a number", []string{codeAction("print('still thinking')")}, schemas.OutcomeTurnLimit, 15},
 	} {
-		srv := httptest.NewServer(fakellm.New(fakellm.Config{Policy: "script", Script: c.script, Seed: 1, Model: "fake-model"}))
-		f.llmURL, f.runID, f.taskIDs = srv.URL+"/v1", "up-"+strings.ReplaceAll(c.name, " ", "-"), ts[3].View.ID
-		spec, err := f.spec()
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := runSpec(ctx, spec, f, io.Discard)
-		srv.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows := readRun(t, ctx, f.store, f.runID)
-		if res.Outcomes[c.outcome] != 1 || len(rows) != 1 {
-			t.Fatalf("%s: outcomes %v, %d rows", c.name, res.Outcomes, len(rows))
-		}
-		r := rows[0]
+		f.runID, f.taskIDs = "up-"+strings.ReplaceAll(c.name, " ", "-"), ts[3].View.ID
+		r := playScripted(t, ctx, f, c.script, c.outcome)
 		if int(r.NumTurns) != c.turns || r.VerifierMode != "upstream" || !strings.Contains(r.VerifierVersion, "upstream") {
 			t.Fatalf("%s: %d turns, verifier %s/%s", c.name, r.NumTurns, r.VerifierMode, r.VerifierVersion)
 		}
@@ -117,6 +104,28 @@ func TestRunUpstreamCompat(t *testing.T) {
 			t.Fatalf("%s: prompt\n%s\n---\n%s", c.name, sys, r.Messages[1].Content)
 		}
 	}
+}
+
+// playScripted runs f's spec (one task) against a fake model that replies
+// with script, and returns its one stored row, whose outcome must be want.
+func playScripted(t *testing.T, ctx context.Context, f *runFlags, script []string, want schemas.Outcome) parquet.Row {
+	t.Helper()
+	srv := httptest.NewServer(fakellm.New(fakellm.Config{Policy: "script", Script: script, Seed: 1, Model: "fake-model"}))
+	defer srv.Close()
+	f.llmURL = srv.URL + "/v1"
+	spec, err := f.spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := runSpec(ctx, spec, f, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := readRun(t, ctx, f.store, f.runID)
+	if res.Outcomes[want] != 1 || len(rows) != 1 {
+		t.Fatalf("run %s: outcomes %v, %d rows, want one %s", f.runID, res.Outcomes, len(rows), want)
+	}
+	return rows[0]
 }
 
 func codeAction(src string) string {

@@ -215,6 +215,7 @@ func (e *Engine) advance(ctx context.Context, st schemas.EpisodeState) (schemas.
 			VerifierMode: req.Options.VerifierMode,
 			Replay:       replayable(st.Turns[:idx]),
 			OutputFiles:  req.Task.OutputFiles,
+			Harness:      req.Task.Harness,
 		}
 		st.PendingAction = &ar
 		return st, Step{Action: &ar}, nil
