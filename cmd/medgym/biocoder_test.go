@@ -47,7 +47,8 @@ func TestBioCoderGraded(t *testing.T) {
 		upstream         bool
 		outcome          schemas.Outcome
 	}{
-		{"right function", ts[0].View.ID, right, false, schemas.OutcomeCorrect},
+		// Asked for by upstream's index alone: the stored task id carries the idx.
+		{"right function", "biocoder-0", right, false, schemas.OutcomeCorrect},
 		{"wrong function", ts[0].View.ID, wrong, false, schemas.OutcomeTurnLimit},
 		{"silent program, strict", ts[2].View.ID, silent, false, schemas.OutcomeTurnLimit},
 		{"silent program, upstream", ts[2].View.ID, silent, true, schemas.OutcomeCorrect},
@@ -55,6 +56,9 @@ func TestBioCoderGraded(t *testing.T) {
 		f.taskIDs, f.upstreamCompat = c.task, c.upstream
 		f.runID = "bc-" + strings.NewReplacer(" ", "-", ",", "").Replace(c.name)
 		r := playScripted(t, ctx, f, []string{codeAction(c.code)}, c.outcome)
+		if !tasks.MatchID(r.TaskID, c.task) || !strings.HasPrefix(r.TaskID, "biocoder-") || len(r.TaskID) < len("biocoder-0-")+16 {
+			t.Fatalf("%s: stored task id %q", c.name, r.TaskID)
+		}
 		turn := r.Turns[0]
 		if turn.Action != "validate_code" || turn.ExecStatus != "ok" {
 			t.Fatalf("%s: turn %+v", c.name, turn)
