@@ -470,6 +470,9 @@ func TestMedCalcVocabulary(t *testing.T) {
 		{"mme", `{}`, `'Heroin Dose': [1.0, 'mg'], 'Heroin Dose Per Day': [1.0, 'per day']`, "Morphine Milligram Equivalents", "Heroin Dose", "Heroin"},
 		{"glasgow_blatchford", `{}`, `'sex': 'unknown'`, "Glasgow-Blatchford", "sex", "unknown"},
 		{"ideal_body_weight", `{'height': [170, 'cm']}`, `'sex': 'X'`, "ideal_body_weight", "sex", "X"},
+		{"bmi", `{'weight': [70, 'kg']}`, `'height': [5, 'cubits']`, "bmi", "height unit", "cubits"},
+		{"bmi", `{'height': [170, 'cm']}`, `'weight': [11, 'stone']`, "bmi", "weight unit", "stone"},
+		{"steroid_conversion", `{'target steroid': 'PredniSONE PO'}`, `'input steroid': ['Dexamethasone IV', 4, 'grain']`, "Steroid Conversion", "input steroid unit", "grain"},
 	}
 	for _, u := range unknown {
 		got := runCalc(t, u.fn, u.base, []bandCase{{in: u.in}})[0]

@@ -126,14 +126,18 @@ def age_years(e, default=None):
     return value
 
 
+WEIGHT_KG = {"kg": 1.0, "lbs": 0.453592, "lb": 0.453592, "g": 0.001, "oz": 0.0283495}
+HEIGHT_CM = {"cm": 1.0, "m": 100.0, "in": 2.54, "ft": 30.48, "mm": 0.1}
+
+
 def weight_kg(e, key="weight"):
-    value, unit = float(e[key][0]), _unit(e[key][1])
-    return {"kg": 1.0, "lbs": 0.453592, "lb": 0.453592, "g": 0.001, "oz": 0.0283495}[unit] * value
+    factor = choice({key + " unit": _unit(e[key][1])}, key + " unit", WEIGHT_KG, None, sys._getframe(1).f_code.co_name)
+    return factor * float(e[key][0])
 
 
 def height_cm(e, key="height"):
-    value, unit = float(e[key][0]), _unit(e[key][1])
-    return {"cm": 1.0, "m": 100.0, "in": 2.54, "ft": 30.48, "mm": 0.1}[unit] * value
+    factor = choice({key + " unit": _unit(e[key][1])}, key + " unit", HEIGHT_CM, None, sys._getframe(1).f_code.co_name)
+    return factor * float(e[key][0])
 
 
 def temp_c(e, key="Temperature", default=None):
@@ -452,7 +456,8 @@ STEROID_EQUIVALENT_MG = {
 
 def steroid_conversion(e):
     name, dose, unit = e["input steroid"]
-    dose = float(dose) * {"mg": 1.0, "g": 1000.0, "µg": 0.001, "mcg": 0.001}[_unit(unit)]
+    dose = float(dose) * choice({"input steroid unit": _unit(unit)}, "input steroid unit",
+                                {"mg": 1.0, "g": 1000.0, "µg": 0.001, "mcg": 0.001}, None, "Steroid Conversion")
     src = choice({"input steroid": name}, "input steroid", STEROID_EQUIVALENT_MG, None, "Steroid Conversion")
     dst = choice(e, "target steroid", STEROID_EQUIVALENT_MG, None, "Steroid Conversion")
     return dose / src * dst
