@@ -27,8 +27,9 @@ import (
 // start_idx/end_idx and history_<index>.json count, followed by the row's
 // own identity where the dataset has one ("medcalcbench-4-row1032": line
 // index 4, MedCalc-Bench Row Number 1032; see upSpec.ident). MatchID finds a
-// task by either form. Truth.Extra keeps upstream_file, upstream_line and
-// upstream_id. Upstream tasks carry no reference solution.
+// task by either form. Truth.Extra keeps upstream_file, upstream_line,
+// upstream_index and upstream_id ("<field> <value>"). Upstream tasks carry
+// no reference solution.
 
 // ErrMissingField and ErrFieldType classify an upstream validation error.
 var (
@@ -224,7 +225,8 @@ type upCtx struct {
 	dataset string
 	dir     string // <TasksDir>/<dataset>
 	extra   map[string]string
-	// bioOutputs are BioCoder's reference outputs (read with extra).
+	// bioOutputs are BioCoder's reference outputs, read at the first row
+	// (never nil after).
 	bioOutputs map[string]BioCoderOutput
 }
 
@@ -408,12 +410,12 @@ func LoadUpstream(ctx context.Context, src Source) ([]Task, error) {
 			t.View.Category = src.Dataset
 		}
 		if src.Dataset == "biocoder" {
-			if c.extra == nil {
+			if c.bioOutputs == nil {
 				outs, err := readBioCoderOutputs(src.TasksDir)
 				if err != nil {
 					return nil, err
 				}
-				c.bioOutputs, c.extra = outs, map[string]string{}
+				c.bioOutputs = outs
 			}
 			if err := attachBioCoderOutput(&t, c.bioOutputs, rel, line); err != nil {
 				return nil, &UpstreamError{File: path, Line: line, Err: err}
