@@ -58,7 +58,15 @@ type runFlags struct {
 	maxInFlight  int
 	quiet        bool
 	specFile     string
+	// upstreamCompat starts the options from schemas.UpstreamOptions;
+	// explicit holds the flags given on the command line (set by cmdRun),
+	// so that one contradicting upstream's rules is an error.
+	upstreamCompat bool
+	explicit       map[string]bool
 }
+
+// upstreamOptionFlags are the flags whose option --upstream-compat fixes.
+var upstreamOptionFlags = []string{"max-turns", "end-on", "show-verdict", "loop-guard", "verifier-mode", "action-timeout", "episode-timeout"}
 
 func (f *runFlags) register(fs *flag.FlagSet) {
 	f.serviceFlags.register(fs)
@@ -97,6 +105,22 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxInFlight, "max-in-flight", 64, "episodes in flight at once")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress line")
 	fs.StringVar(&f.specFile, "spec", "", "run spec file (YAML or JSON, keys as schemas.RunSpec); flags given explicitly override it")
+	fs.BoolVar(&f.upstreamCompat, "upstream-compat", false, "MedAgentGym's episode rules as well as its verifier rules "+
+		"(options.compat upstream): upstream's four actions only, the first accepted execution ends the episode, the turn "+
+		"limit is a failure, 15 steps, 120 s per execution, no loop guard, --verifier-mode upstream")
+}
+
+// compatConflict is the error of an option flag given with --upstream-compat.
+func (f *runFlags) compatConflict() error {
+	if !f.upstreamCompat {
+		return nil
+	}
+	for _, name := range upstreamOptionFlags {
+		if f.explicit[name] {
+			return fmt.Errorf("--upstream-compat fixes --%s to upstream's rule; drop --%s", name, name)
+		}
+	}
+	return nil
 }
 
 func (f *runFlags) spec() (schemas.RunSpec, error) {
@@ -104,6 +128,12 @@ func (f *runFlags) spec() (schemas.RunSpec, error) {
 	opts.MaxTurns, opts.EndOn, opts.ShowVerdict = f.maxTurns, f.endOn, f.showVerdict
 	opts.LoopGuard, opts.VerifierMode = f.loopGuard, f.verifierMode
 	opts.ActionTimeoutSec, opts.EpisodeTimeoutSec = f.actionTO, f.episodeTO
+	if err := f.compatConflict(); err != nil {
+		return schemas.RunSpec{}, err
+	}
+	if f.upstreamCompat {
+		opts = schemas.UpstreamOptions()
+	}
 	pol := schemas.PolicySpec{Name: f.policy, Model: f.model, BaseURL: f.llmURL, APIKeyEnv: f.apiKeyEnv,
 		MaxTokens: f.maxTokens, Logprobs: f.logprobs, Seed: f.policySeed}
 	if f.policy == schemas.PolicyReference {
@@ -138,6 +168,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var f runFlags
 	f.register(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	f.explicit = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.explicit[fl.Name] = true })
+	if err := f.compatConflict(); err != nil {
 		return err
 	}
 	spec, err := f.spec()

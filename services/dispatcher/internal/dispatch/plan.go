@@ -30,7 +30,7 @@ func Select(spec schemas.RunSpec, ts []tasks.Task) []tasks.Task {
 		if len(spec.Categories) > 0 && !slices.Contains(spec.Categories, t.View.Category) {
 			continue
 		}
-		if len(spec.TaskIDs) > 0 && !slices.Contains(spec.TaskIDs, t.View.ID) {
+		if len(spec.TaskIDs) > 0 && !slices.ContainsFunc(spec.TaskIDs, func(id string) bool { return tasks.MatchID(t.View.ID, id) }) {
 			continue
 		}
 		out = append(out, t)
