@@ -13,9 +13,14 @@ import (
 // state and sandboxes by it, and RunSpec.Admits recomputes it to tell a
 // planned episode from a forged one.
 func EpisodeID(runID, taskID string, k int) string {
+	return runID + "--" + TaskToken(taskID) + "-k" + strconv.Itoa(k)
+}
+
+// TaskToken makes a task id subject-safe: every rune other than ASCII
+// letters, digits, '-' and '_' becomes one '_'.
+func TaskToken(taskID string) string {
 	var b strings.Builder
-	b.WriteString(runID)
-	b.WriteString("--")
+	b.Grow(len(taskID))
 	for _, r := range taskID {
 		switch {
 		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
@@ -24,8 +29,6 @@ func EpisodeID(runID, taskID string, k int) string {
 			b.WriteByte('_')
 		}
 	}
-	b.WriteString("-k")
-	b.WriteString(strconv.Itoa(k))
 	return b.String()
 }
 
