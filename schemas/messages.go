@@ -8,7 +8,7 @@ import (
 )
 
 // Version of the wire contract. Bump the minor on additive changes.
-const Version = "1.1"
+const Version = "1.2"
 
 // AnswerType says how a task's answer is checked.
 type AnswerType string
@@ -41,11 +41,25 @@ const (
 	OutcomeTurnLimit    Outcome = "turn_limit"
 	OutcomeSandboxError Outcome = "sandbox_error"
 	OutcomeInfraFailure Outcome = "infra_failure"
+	// OutcomeAbstainedCorrectly and OutcomeAbstainedWrongly (since 1.2) end
+	// an episode of a task that offers abstention (its ground truth says so) in
+	// which the agent abstained with AbstainAnswer: correctly when the task
+	// is unanswerable, wrongly when it has an answer. Readers of older rows
+	// never meet them; every older outcome keeps its meaning.
+	OutcomeAbstainedCorrectly Outcome = "abstained_correctly"
+	OutcomeAbstainedWrongly   Outcome = "abstained_wrongly"
 )
+
+// AbstainAnswer is the reserved answer that abstains on a task that offers
+// abstention (EHRSQL 2024's convention): the answer action with it, or, in
+// upstream-compatible runs that have no answer action, a checked code run
+// whose last printed line is it.
+const AbstainAnswer = "null"
 
 // Outcomes lists every outcome, for validation and reports.
 var Outcomes = []Outcome{OutcomeCorrect, OutcomeIncorrect, OutcomeFormatError, OutcomeTimeout,
-	OutcomeLoop, OutcomeTurnLimit, OutcomeSandboxError, OutcomeInfraFailure}
+	OutcomeLoop, OutcomeTurnLimit, OutcomeSandboxError, OutcomeInfraFailure,
+	OutcomeAbstainedCorrectly, OutcomeAbstainedWrongly}
 
 // Valid reports whether o is a known outcome.
 func (o Outcome) Valid() bool {
