@@ -71,6 +71,27 @@ func (o Outcome) Valid() bool {
 	return false
 }
 
+// Solved reports whether o is the task's correct outcome: a correct answer,
+// or an abstention on a question the data cannot answer.
+func (o Outcome) Solved() bool { return o == OutcomeCorrect || o == OutcomeAbstainedCorrectly }
+
+// Reliability is the episode's score in EHRSQL 2024's reliability score
+// (Lee et al. 2024) before the penalty: +1 when solved, 0 for an abstention
+// on an answerable question, −1 for anything else (a wrong answer, an
+// answer to an unanswerable question, no answer). RS(c) is the mean with
+// each −1 multiplied by c. InfraFailure has no score (ok is false).
+func (o Outcome) Reliability() (score int, ok bool) {
+	switch {
+	case o == OutcomeInfraFailure:
+		return 0, false
+	case o.Solved():
+		return 1, true
+	case o == OutcomeAbstainedWrongly:
+		return 0, true
+	}
+	return -1, true
+}
+
 // Termination says why the llm-worker ended an episode; the verifier turns
 // it into an Outcome.
 type Termination string

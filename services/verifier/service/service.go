@@ -36,7 +36,10 @@ type Config struct {
 	FormatReward float64
 	// GradedML rewards predictions tasks with their accuracy (verify.Options).
 	GradedML bool
-	AckWait  time.Duration
+	// WrongAnswerPenalty is the reward penalty on tasks that offer
+	// abstention (verify.Options).
+	WrongAnswerPenalty float64
+	AckWait            time.Duration
 }
 
 // Run serves until ctx is done.
@@ -138,7 +141,8 @@ func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
 		res.Error = joinErr(res.Error, "ground truth: "+err.Error())
 	} else {
 		var verdict string
-		sc.Outcome, sc.Reward, verdict = verify.Score(verify.Options{Mode: mode, FormatReward: v.cfg.FormatReward, GradedML: v.cfg.GradedML}, truth, res)
+		sc.Outcome, sc.Reward, verdict = verify.Score(verify.Options{Mode: mode, FormatReward: v.cfg.FormatReward, GradedML: v.cfg.GradedML,
+			WrongAnswerPenalty: v.cfg.WrongAnswerPenalty}, truth, res)
 		if sc.Outcome != schemas.OutcomeCorrect && verdict != "" {
 			res.Error = joinErr(res.Error, verdict)
 		}

@@ -63,6 +63,18 @@
 //     re-checks the file of the accepted turn, or of the last code turn
 //     that returned files.
 //
+// # Abstention (tasks that offer it: tasks.Truth.Abstention, EHRSQL 2024)
+//
+// The reserved answer schemas.AbstainAnswer ("null", any case, quotes
+// allowed) abstains, in both modes and however it arrives: as the answer
+// action's text, or as the last line printed by a checked code run (the
+// only way in upstream-compatible runs, which have no answer action; a
+// crashed run does not abstain in strict mode). On an unanswerable task
+// (Truth.Unanswerable) an abstention is accepted and any other answer is
+// rejected; on an answerable task an abstention is rejected and the answer
+// is checked as usual. On tasks that do not offer abstention "null" is an
+// ordinary (wrong) answer.
+//
 // # Upstream rules
 //
 // The env_message is rebuilt as upstream does: stdout + ("\n" + stderr if
@@ -108,6 +120,21 @@
 //	sandbox_error                                    sandbox_error  0
 //	infra_failure                                    infra_failure  0, Excluded
 //	anything else                                    infra_failure  0, Excluded
+//
+// On a task that offers abstention, correct and incorrect are refined by
+// the scored answer (the re-checked execution's, or the final answer):
+//
+//	scored answer     task           outcome               reward
+//	"null"            unanswerable   abstained_correctly   1
+//	"null"            answerable     abstained_wrongly     0
+//	anything else     unanswerable   incorrect             −WrongAnswerPenalty
+//	wrong             answerable     incorrect             −WrongAnswerPenalty
+//
+// and every other non-excluded outcome there (turn_limit, loop, timeout,
+// format_error, sandbox_error) also gets −WrongAnswerPenalty, so that with
+// penalty c the mean reward is EHRSQL 2024's reliability score RS(c).
+// WrongAnswerPenalty is 0 by default (rewards stay in {0, 1}); the
+// verifier's --wrong-answer-penalty sets it.
 //
 // For "accepted", the re-checked execution is the last turn the worker
 // flagged as accepted, else the last turn that ran code. Options.FormatReward,

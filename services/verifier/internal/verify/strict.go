@@ -32,6 +32,20 @@ func strictOutput(truth tasks.Truth, res schemas.ExecResult) (answer string, ok 
 // strictText extracts the answer from text (stdout or an explicit answer)
 // and checks it.
 func strictText(truth tasks.Truth, text, what string) (answer string, ok bool, verdict string) {
+	if truth.Abstention {
+		if a := lastLine(text); IsAbstention(a) {
+			if truth.Unanswerable {
+				return a, true, "accepted: abstained on a question the data cannot answer"
+			}
+			return a, false, "rejected: abstained on a question the data answers"
+		}
+		if truth.Unanswerable {
+			if a := lastLine(text); a != "" {
+				return a, false, fmt.Sprintf("rejected: %q answers a question the data cannot answer (abstain with %q)", a, schemas.AbstainAnswer)
+			}
+			return "", false, "rejected: nothing on " + what
+		}
+	}
 	if answerType(truth) == schemas.AnswerList {
 		answer = strings.TrimSpace(text)
 	} else {
@@ -42,6 +56,13 @@ func strictText(truth tasks.Truth, text, what string) (answer string, ok bool, v
 	}
 	ok, verdict = strictValue(truth, answer)
 	return answer, ok, verdict
+}
+
+// IsAbstention reports whether an extracted answer is the reserved
+// abstention answer (schemas.AbstainAnswer, any case). It counts only on
+// tasks that offer abstention (tasks.Truth.Abstention).
+func IsAbstention(answer string) bool {
+	return strings.EqualFold(strings.TrimSpace(answer), schemas.AbstainAnswer)
 }
 
 // answerType is truth.Type, or when empty: list if Values are set, number if
