@@ -31,7 +31,7 @@ func TestEveryReferenceSolution(t *testing.T) {
 		lib = filepath.Join(repoRoot(t), "build", "library")
 	}
 	dir := t.TempDir()
-	for _, ds := range []string{"mimic_iii", "eicu", "treqs", "biostat", "npowerai", "clinical_ml"} {
+	for _, ds := range []string{"mimic_iii", "eicu", "treqs", "biostat", "npowerai", "clinical_ml", "ehrsql2024"} {
 		for _, sp := range []string{"train", "test"} {
 			cmd := exec.Command("/usr/bin/python3", "-W", "ignore", "testdata/runrefs.py", lib, ds, sp, filepath.Join(dir, ds+"."+sp+".jsonl"))
 			if out, err := cmd.CombinedOutput(); err != nil {

@@ -84,7 +84,11 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}()
 		total := 0
 		for _, g := range sum.Groups {
-			fmt.Fprintf(stdout, "%-14s %-6s %6d tasks  %4d categories  answer types %v\n", g.Dataset, g.Split, g.Count, len(g.Categories), g.AnswerTypes)
+			fmt.Fprintf(stdout, "%-14s %-6s %6d tasks  %4d categories  answer types %v", g.Dataset, g.Split, g.Count, len(g.Categories), g.AnswerTypes)
+			if g.Unanswerable > 0 {
+				fmt.Fprintf(stdout, "  %d unanswerable (abstention is correct)", g.Unanswerable)
+			}
+			fmt.Fprintln(stdout)
 			total += g.Count
 		}
 		fmt.Fprintf(stdout, "total %d tasks\n", total)
@@ -159,10 +163,10 @@ func cmdTasksVerify(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	pass := res.Outcomes[schemas.OutcomeCorrect]
+	pass := solved(res.Outcomes)
 	fmt.Fprintf(stdout, "tasks verify %s: %d passed, %d failed (run %s)\n", strings.Join(spec.Datasets, ","), pass, res.Total-pass, res.RunID)
 	if pass != res.Total {
-		return fmt.Errorf("%d reference solutions failed; inspect with: medgym query --store %s \"SELECT task_id, outcome, error FROM trajectories WHERE run_id='%s' AND outcome<>'correct'\"", res.Total-pass, f.store, res.RunID)
+		return fmt.Errorf("%d reference solutions failed; inspect with: medgym query --store %s \"SELECT task_id, outcome, error FROM trajectories WHERE run_id='%s' AND outcome NOT IN ('correct','abstained_correctly')\"", res.Total-pass, f.store, res.RunID)
 	}
 	return nil
 }
