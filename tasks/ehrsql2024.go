@@ -41,9 +41,10 @@ const (
 // ehrsql24Splits maps upstream's splits to ours.
 var ehrsql24Splits = []struct{ upstream, ours string }{{"train", "train"}, {"valid", "test"}}
 
-// ehrsql24Missing are tables this build leaves empty: questions whose gold
-// SQL reads them are left out.
-var ehrsql24Missing = []string{"chartevents"}
+// ehrsql24Reconstructed are tables this build reconstructs from another
+// source (see ehrsql2024_db.go, step 9): tasks whose gold SQL reads them
+// say so in Truth.Extra["reconstructed"].
+var ehrsql24Reconstructed = []string{"chartevents"}
 
 // ehrsql24Question is one upstream question with its label and answer.
 type ehrsql24Question struct {
@@ -58,14 +59,18 @@ type EHRSQL2024Stats struct {
 	Questions    int
 	Unanswerable int
 	Kept         int // tasks written (answerable kept + unanswerable)
+	// Reconstructed counts the kept tasks that read a reconstructed table.
+	Reconstructed int
 	// Left-out answerable questions, by reason.
-	MissingTable, Empty, NullValue, TooMany, SQLError int
+	Empty, NullValue, TooMany, SQLError int
 	// Agreement with the authors' answers over the kept answerable tasks
 	// (rows sorted, floats to 3 decimals as answer.json writes them):
 	// Agree of Compared for questions that do not read the synthetic cost
 	// table (shift-invariant: they should all agree), CostAgree of
-	// CostCompared for those that do (random prices: they should not).
-	Agree, Compared, CostAgree, CostCompared int
+	// CostCompared for those that do (random prices: they should not),
+	// ChartAgree of ChartCompared for those that read the reconstructed
+	// chartevents (and not cost).
+	Agree, Compared, CostAgree, CostCompared, ChartAgree, ChartCompared int
 }
 
 // generateEHRSQL2024 is the ehrsql2024 Generator.
@@ -97,7 +102,7 @@ func GenerateEHRSQL2024(ctx context.Context, dataRoot, dir string) ([]EHRSQL2024
 		}
 	}
 	rng := rand.New(rand.NewPCG(ehrsql24Seed, 4))
-	b, err := buildEHRSQL2024(ctx, filepath.Join(dataRoot, ehrsql24DemoDir), ddl, named, rng)
+	b, err := buildEHRSQL2024(ctx, filepath.Join(dataRoot, ehrsql24DemoDir), filepath.Join(dataRoot, ehrsql24MEDS), ddl, named, rng)
 	if err != nil {
 		return nil, fmt.Errorf("build database: %w", err)
 	}
@@ -140,9 +145,10 @@ func GenerateEHRSQL2024(ctx context.Context, dataRoot, dir string) ([]EHRSQL2024
 			return nil, err
 		}
 		slog.Info("ehrsql2024 generated", "split", sp.ours, "questions", st.Questions, "unanswerable", st.Unanswerable,
-			"tasks", st.Kept, "left_out_missing_table", st.MissingTable, "left_out_empty", st.Empty,
+			"tasks", st.Kept, "reconstructed_chartevents", st.Reconstructed, "left_out_empty", st.Empty,
 			"left_out_null", st.NullValue, "left_out_over_100_rows", st.TooMany, "left_out_sql_error", st.SQLError,
-			"agree_with_authors", st.Agree, "compared", st.Compared, "cost_agree", st.CostAgree, "cost_compared", st.CostCompared)
+			"agree_with_authors", st.Agree, "compared", st.Compared, "cost_agree", st.CostAgree, "cost_compared", st.CostCompared,
+			"chart_agree", st.ChartAgree, "chart_compared", st.ChartCompared)
 		stats = append(stats, st)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "LICENSE.md"), []byte(ehrsql2024License), 0o644); err != nil {
@@ -210,10 +216,6 @@ func ehrsql24Task(ctx context.Context, g *ehrGen, q ehrsql24Question, st *EHRSQL
 			Reference: ehrsql24AbstainReference,
 		}, true, nil
 	}
-	if readsTable(q.SQL, ehrsql24Missing) {
-		st.MissingTable++
-		return Task{}, false, nil
-	}
 	query := ehrsql24PostProcess(q.SQL)
 	res, err := g.run(ctx, query)
 	switch {
@@ -237,12 +239,18 @@ func ehrsql24Task(ctx context.Context, g *ehrGen, q ehrsql24Question, st *EHRSQL
 	}
 	if q.Answer != schemas.AbstainAnswer {
 		agree := ehrsql24Normalise(res.rows) == ehrsql24NormaliseAuthors(q.Answer)
-		if readsTable(q.SQL, []string{"cost"}) {
+		switch {
+		case readsTable(q.SQL, []string{"cost"}):
 			st.CostCompared++
 			if agree {
 				st.CostAgree++
 			}
-		} else {
+		case readsTable(q.SQL, ehrsql24Reconstructed):
+			st.ChartCompared++
+			if agree {
+				st.ChartAgree++
+			}
+		default:
 			st.Compared++
 			if agree {
 				st.Agree++
@@ -261,6 +269,10 @@ func ehrsql24Task(ctx context.Context, g *ehrGen, q ehrsql24Question, st *EHRSQL
 	t.Truth.Extra["upstream_id"] = q.ID
 	t.Truth.Extra["upstream_sql"] = q.SQL
 	delete(t.Truth.Extra, "template")
+	if readsTable(q.SQL, ehrsql24Reconstructed) {
+		st.Reconstructed++
+		t.Truth.Extra["reconstructed"] = "chartevents: rebuilt from the MEDS copy of the MIMIC-IV demo (values rounded from float32, ids from the nearest ICU stay)"
+	}
 	return t, true, nil
 }
 
@@ -367,8 +379,7 @@ func ehrsql24Instruction(ddl *ehrDDL) string {
 		"prescriptions, chartevents, inputevents, outputevents, microbiologyevents, cost) link to patients and admissions " +
 		"through these ids; the d_ tables are dictionaries that map codes and item ids (icd_code, itemid) to names " +
 		"(long_title, label). ICD codes are written icd<version>|<code>. All text values are lower-case. The current time is " +
-		ehrsql24Now + "; an admission or ICU stay without a discharge time (dischtime / outtime) is the current one. " +
-		"The chartevents table is empty in this build.\n")
+		ehrsql24Now + "; an admission or ICU stay without a discharge time (dischtime / outtime) is the current one.\n")
 	for i, n := range ddl.tables {
 		fmt.Fprintf(&b, "(%d) %s: %s\n", i+1, n, strings.Join(ddl.cols[strings.ToLower(n)], ", "))
 	}

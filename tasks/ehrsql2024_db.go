@@ -52,9 +52,15 @@ import (
 //     diagnoses, labs, procedures and prescriptions, charged at the event's
 //     time. Our generator is math/rand/v2 PCG with a fixed seed, not numpy's,
 //     so prices differ from the authors'.
-//  9. chartevents: the demo's raw chartevents file is not available (see
-//     ../shared/data/mimic-iv-demo/PROVENANCE.md), so the table is left
-//     empty and the questions that read it are left out of the task set.
+//  9. chartevents is reconstructed (ehrsql2024_chart.go): the demo's raw
+//     chartevents file is not available (../shared/data/mimic-iv-demo/
+//     PROVENANCE.md), so the rows of EHRSQL's nine chart items come from
+//     the MEDS-format copy of the demo: item and unit from the MEDS code,
+//     the value rounded from float32 to 4 decimals, and hadm_id / stay_id
+//     from the subject's ICU stay nearest to the chart time (checked by
+//     the data's curator against MEDS shards that keep the true ids:
+//     hadm_id 6,740 of 6,740 right, stay_id 6,731). Tasks that read it say
+//     so in their ground truth (Truth.Extra["reconstructed"]).
 
 const (
 	ehrsql24Now       = "2100-12-31 23:59:00"
@@ -120,6 +126,7 @@ type ehr24Build struct {
 	hadms    map[string]bool          // kept admissions
 	cohort   map[string]bool          // kept patients
 	current  []string                 // current patients (open admission at now)
+	stays    map[string][]ehr24Stay   // subject → ICU stays (demo times)
 	labItems map[string]bool
 	items    map[string]bool
 	diagDict map[string]bool
@@ -128,13 +135,15 @@ type ehr24Build struct {
 
 // buildEHRSQL2024 builds the 17 tables from the demo CSVs under src.
 // named is the set of patients EHRSQL 2024's questions name (step 5).
-func buildEHRSQL2024(ctx context.Context, src string, ddl *ehrDDL, named map[string]bool, rng *rand.Rand) (*ehr24Build, error) {
+func buildEHRSQL2024(ctx context.Context, src, meds string, ddl *ehrDDL, named map[string]bool, rng *rand.Rand) (*ehr24Build, error) {
 	b := &ehr24Build{ehrBuild: newEHRBuild(ddl), src: src, offset: map[string]time.Duration{}, anchor: map[string][2]int{},
-		admit: map[string]string{}, disch: map[string]string{}, hadms: map[string]bool{}, cohort: map[string]bool{}}
+		admit: map[string]string{}, disch: map[string]string{}, hadms: map[string]bool{}, cohort: map[string]bool{},
+		stays: map[string][]ehr24Stay{}}
 	steps := []func(context.Context) error{
 		func(ctx context.Context) error { return b.admissions(ctx, named) },
 		b.dictionaries, b.diagnoses, b.procedures, b.labevents, b.prescriptions,
 		func(context.Context) error { b.cost(rng); return nil },
+		func(ctx context.Context) error { return b.chartevents(ctx, meds) },
 		b.inputevents, b.outputevents, b.microbiology,
 	}
 	for _, step := range steps {
@@ -312,6 +321,13 @@ func (b *ehr24Build) admissions(ctx context.Context, named map[string]bool) erro
 		}
 	}
 	for _, r := range icus {
+		if in, ok := parseEHRTime(r["intime"]); ok {
+			out, ok := parseEHRTime(r["outtime"])
+			if !ok {
+				out = in
+			}
+			b.stays[r["subject_id"]] = append(b.stays[r["subject_id"]], ehr24Stay{hadm: r["hadm_id"], stay: r["stay_id"], in: in, out: out})
+		}
 		in := b.shift(r["subject_id"], r["intime"])
 		if in == nil || !b.hadms[r["hadm_id"]] {
 			continue

@@ -10,6 +10,7 @@ import (
 
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/tasks"
+	"github.com/medgym/medgym/tasks/meds"
 )
 
 func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -182,6 +183,7 @@ func cmdTasksGenerate(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	tasks.SetMEDSReader(meds.Read)
 	if err := tasks.Generate(ctx, *data, *library, splitList(*datasets)); err != nil {
 		return err
 	}
