@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/services/llm-worker/fakellm"
 	"github.com/medgym/medgym/tasks"
 )
 
@@ -121,5 +124,80 @@ func TestReferenceAbstainsOnUnanswerable(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWrongAnswerPenaltyInPipeline plays a fake model that only ever runs
+// a program printing a wrong number on four ehrsql2024 tasks with
+// --wrong-answer-penalty 5: every episode ends without a correct answer or
+// abstention and is stored with reward −5 (RS(5) of the run is −5), while
+// the same run without the penalty stores 0.
+func TestWrongAnswerPenaltyInPipeline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs episodes")
+	}
+	lib := os.Getenv("MEDGYM_LIBRARY")
+	if lib == "" {
+		lib = filepath.Join(repoRoot(t), "build", "library")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ts, err := tasks.Load(ctx, tasks.Source{Dataset: tasks.EHRSQL2024Dataset, Split: "test", LibraryDir: lib})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%v (make library)", err)
+		}
+		t.Skipf("dataset not available: %v (run make library)", err)
+	}
+	var ids []string
+	un := 0
+	for _, tk := range ts {
+		if len(ids) < 4 && (tk.Truth.Unanswerable || un >= 2) {
+			ids = append(ids, tk.View.ID)
+			if tk.Truth.Unanswerable {
+				un++
+			}
+		}
+	}
+	srv := httptest.NewServer(fakellm.New(fakellm.Config{Policy: fakellm.PolicyReference, PCorrect: 0, Seed: 3, Model: "always-wrong"}))
+	defer srv.Close()
+	for _, penalty := range []float64{5, 0} {
+		f := baseFlags(t)
+		f.library = lib
+		f.datasets, f.taskIDs, f.maxTurns = tasks.EHRSQL2024Dataset, strings.Join(ids, ","), 2
+		f.policy, f.llmURL, f.model = "openai", srv.URL+"/v1", "always-wrong"
+		f.wrongAnswerPenalty, f.runID = penalty, fmt.Sprintf("penalty-%g", penalty)
+		spec, err := f.spec()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := runSpec(ctx, spec, f, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		rows := readRun(t, ctx, f.store, spec.RunID)
+		if len(rows) != 4 {
+			t.Fatalf("penalty %g: %d rows, want 4", penalty, len(rows))
+		}
+		for _, r := range rows {
+			if sc, ok := schemas.Outcome(r.Outcome).Reliability(); !ok || sc != -1 || r.Reward != -penalty {
+				t.Errorf("penalty %g: %s ended %s with reward %v, want a −1 outcome with reward %v", penalty, r.TaskID, r.Outcome, r.Reward, -penalty)
+			}
+		}
+	}
+}
+
+// A negative wrong-answer penalty would reward wrong answers: the
+// in-process verifier refuses to start with one.
+func TestNegativeWrongAnswerPenaltyRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	f := baseFlags(t)
+	f.limit, f.runID, f.wrongAnswerPenalty = 1, "neg-penalty", -1
+	spec, err := f.spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runSpec(ctx, spec, f, io.Discard); err == nil || !strings.Contains(err.Error(), "wrong-answer penalty") {
+		t.Fatalf("run with penalty -1: %v, want a wrong-answer penalty error", err)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"os/signal"
 	"syscall"
@@ -47,9 +46,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	ackWait := fs.Duration("ack-wait", 60*time.Second, "how long a message may go unacked (in-progress acks keep long work alive) before another process gets it")
 	if err := fs.Parse(args); err != nil {
 		return err
-	}
-	if *penalty < 0 || math.IsNaN(*penalty) || math.IsInf(*penalty, 0) {
-		return fmt.Errorf("verifier: --wrong-answer-penalty %v: want a finite number ≥ 0 (the penalty is subtracted)", *penalty)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "verifier")
 	log.Info("config", "nats", *natsURL, "data", *data, "store", *storeURL, "concurrency", *conc)

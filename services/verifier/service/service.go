@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +45,9 @@ type Config struct {
 
 // Run serves until ctx is done.
 func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) error {
+	if p := cfg.WrongAnswerPenalty; p < 0 || math.IsNaN(p) || math.IsInf(p, 0) {
+		return fmt.Errorf("verifier: wrong-answer penalty %v: want a finite number ≥ 0 (it is subtracted)", p)
+	}
 	if cfg.Concurrency < 1 {
 		cfg.Concurrency = 32
 	}
