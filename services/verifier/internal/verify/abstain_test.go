@@ -40,6 +40,8 @@ func TestScoreAbstention(t *testing.T) {
 		{"answerable, wrong", answerable, Options{}, ehr(schemas.EndAnswered, "4", answer), schemas.OutcomeIncorrect, 0, "rejected"},
 		{"answerable, wrong, penalty 5", answerable, Options{WrongAnswerPenalty: 5}, ehr(schemas.EndAnswered, "4", answer), schemas.OutcomeIncorrect, -5, "penalty 5"},
 		{"answerable, abstained", answerable, Options{WrongAnswerPenalty: 5}, ehr(schemas.EndAnswered, "null", answer), schemas.OutcomeAbstainedWrongly, 0, "abstained on a question the data answers"},
+		{"answerable, abstained by code", answerable, Options{WrongAnswerPenalty: 5}, ehr(schemas.EndAccepted, "", printNull), schemas.OutcomeAbstainedWrongly, 0, "abstained_wrongly"},
+		{"answerable, abstention at the turn limit", answerable, Options{WrongAnswerPenalty: 5}, ehr(schemas.EndTurnLimit, "null"), schemas.OutcomeAbstainedWrongly, 0, "abstained"},
 		{"answerable, abstained any case", answerable, Options{}, ehr(schemas.EndAnswered, " NULL ", answer), schemas.OutcomeAbstainedWrongly, 0, "abstained"},
 		{"unanswerable, abstained by answer", unanswerable, Options{WrongAnswerPenalty: 5}, ehr(schemas.EndAnswered, "null", answer), schemas.OutcomeAbstainedCorrectly, 1, "cannot answer"},
 		{"unanswerable, abstained by quoted answer", unanswerable, Options{}, ehr(schemas.EndAnswered, `"null"`, answer), schemas.OutcomeAbstainedCorrectly, 1, "cannot answer"},
@@ -62,8 +64,10 @@ func TestScoreAbstention(t *testing.T) {
 	}
 }
 
-// A per-step check (CheckOutput) accepts an abstention only on an
-// unanswerable task, so an end-on-accepted run stops there.
+// A per-step check (CheckOutput) accepts every abstention as final, on
+// answerable and unanswerable tasks alike, so whether an end-on-accepted
+// episode stops on it tells the agent nothing; an answer to an
+// unanswerable task is rejected.
 func TestCheckOutputAbstention(t *testing.T) {
 	t.Parallel()
 	un := tasks.Truth{Type: schemas.AnswerList, Answer: schemas.AbstainAnswer, Abstention: true, Unanswerable: true}
@@ -76,8 +80,8 @@ func TestCheckOutputAbstention(t *testing.T) {
 		if c := CheckOutput(m, "ehrsql2024", un, run("['iv']\n")); c.Accepted {
 			t.Errorf("%s: an answer to an unanswerable task was accepted: %+v", m, c)
 		}
-		if c := CheckOutput(m, "ehrsql2024", ans, run("null\n")); c.Accepted {
-			t.Errorf("%s: an abstention on an answerable task was accepted: %+v", m, c)
+		if c := CheckOutput(m, "ehrsql2024", ans, run("null\n")); !c.Accepted || !strings.Contains(c.Verdict, "abstained_wrongly") {
+			t.Errorf("%s: an abstention on an answerable task was not final: %+v", m, c)
 		}
 		if c := CheckOutput(m, "ehrsql2024", ans, run("['iv']\n")); !c.Accepted {
 			t.Errorf("%s: the right answer was rejected: %+v", m, c)

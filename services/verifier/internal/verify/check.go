@@ -13,8 +13,9 @@ import (
 const maxAnswerBytes = 4096
 
 // CheckOutput checks one code execution's output (upstream's per-step
-// validate): whether it is accepted, the answer it was read as, and a
-// human-readable verdict. A sandbox failure or a non-execution action
+// validate): whether it is accepted (correct, or on a task that offers
+// abstention an abstention, which is final), the answer it was read as,
+// and a human-readable verdict. A sandbox failure or a non-execution action
 // (status sandbox_error or info) is never accepted, in any mode.
 func CheckOutput(mode Mode, dataset string, truth tasks.Truth, res schemas.ExecResult) schemas.Check {
 	c := schemas.Check{VerifierVersion: VersionFor(mode)}

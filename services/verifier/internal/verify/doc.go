@@ -71,9 +71,12 @@
 // only way in upstream-compatible runs, which have no answer action; a
 // crashed run does not abstain in strict mode). On an unanswerable task
 // (Truth.Unanswerable) an abstention is accepted and any other answer is
-// rejected; on an answerable task an abstention is rejected and the answer
-// is checked as usual. On tasks that do not offer abstention "null" is an
-// ordinary (wrong) answer.
+// rejected; on an answerable task the answer is checked as usual, and an
+// abstention is accepted as final too (Check.Accepted ends an
+// end-on-accepted episode), so whether an episode stops on an abstention
+// never tells the agent whether its question was answerable. Score then
+// tells the two apart (table below). On tasks that do not offer abstention
+// "null" is an ordinary (wrong) answer.
 //
 // # Upstream rules
 //

@@ -33,11 +33,14 @@ func strictOutput(truth tasks.Truth, res schemas.ExecResult) (answer string, ok 
 // and checks it.
 func strictText(truth tasks.Truth, text, what string) (answer string, ok bool, verdict string) {
 	if truth.Abstention {
+		// An abstention is final either way, so that whether an episode
+		// ends on it never tells the agent whether the question is
+		// answerable; Score tells the two apart (abstentionOutcome).
 		if a := lastLine(text); IsAbstention(a) {
 			if truth.Unanswerable {
 				return a, true, "accepted: abstained on a question the data cannot answer"
 			}
-			return a, false, "rejected: abstained on a question the data answers"
+			return a, true, "accepted as final: abstained on a question the data answers (scored abstained_wrongly)"
 		}
 		if truth.Unanswerable {
 			if a := lastLine(text); a != "" {
