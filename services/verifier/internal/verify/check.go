@@ -40,7 +40,7 @@ func CheckOutput(mode Mode, dataset string, truth tasks.Truth, res schemas.ExecR
 	case Upstream:
 		msg, success := envMessage(res)
 		name, rule := lookupRule(dataset, truth)
-		if rule == nil {
+		if rule == nil || truth.Abstention { // MedAgentGym has no abstention: strict rules
 			answer, ok, c.Verdict = strictOutput(truth, res)
 			c.Verdict = fmt.Sprintf("no upstream rule for %q, strict rules used; %s", name, c.Verdict)
 			break
@@ -77,7 +77,7 @@ func CheckAnswer(mode Mode, dataset string, truth tasks.Truth, answer string) sc
 		got, ok, c.Verdict = strictText(truth, answer, "the answer")
 	case Upstream:
 		name, rule := lookupRule(dataset, truth)
-		if rule == nil {
+		if rule == nil || truth.Abstention { // MedAgentGym has no abstention: strict rules
 			got, ok, c.Verdict = strictText(truth, answer, "the answer")
 			c.Verdict = fmt.Sprintf("no upstream rule for %q, strict rules used; %s", name, c.Verdict)
 			break

@@ -103,7 +103,8 @@
 //     missing gold rows not counted: one right prediction scores 1.0); an
 //     evaluation error is accepted with accuracy 0; no file is not done.
 //
-// Other datasets fall back to the strict rules, and the verdict says so.
+// Other datasets, and every task that offers abstention (MedAgentGym has
+// none), fall back to the strict rules, and the verdict says so.
 // Upstream ignores the status except where noted, so a crashed run whose
 // traceback contains the answer can pass. In both modes a sandbox_error or
 // info status is never accepted: it is not an execution of the agent's code.
