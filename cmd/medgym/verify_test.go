@@ -66,9 +66,9 @@ func TestReferenceSolutionsPassEveryDataset(t *testing.T) {
 
 // TestReferenceAbstainsOnUnanswerable runs EHRSQL 2024's reference policy
 // through the real pipeline on three unanswerable and three answerable
-// test tasks, once ending on the accepted code run (upstream-compatible:
-// the reference prints "null") and once on the explicit answer action
-// (the reference answers "null"): the unanswerable ones must end
+// test tasks, ending on the accepted code run (the reference prints
+// "null"), on the explicit answer action (it answers "null"), and under
+// --upstream-compat (no answer action): the unanswerable ones must end
 // abstained_correctly, the others correct.
 func TestReferenceAbstainsOnUnanswerable(t *testing.T) {
 	if testing.Short() {
@@ -99,11 +99,16 @@ func TestReferenceAbstainsOnUnanswerable(t *testing.T) {
 			ids = append(ids, tk.View.ID)
 		}
 	}
-	for _, endOn := range []string{schemas.EndOnAccepted, schemas.EndOnAnswer} {
+	for _, endOn := range []string{schemas.EndOnAccepted, schemas.EndOnAnswer, "upstream-compat"} {
 		t.Run(endOn, func(t *testing.T) {
 			f := baseFlags(t)
 			f.library = lib
-			f.datasets, f.taskIDs, f.endOn, f.runID = tasks.EHRSQL2024Dataset, strings.Join(ids, ","), endOn, "abstain-"+endOn
+			f.datasets, f.taskIDs, f.runID = tasks.EHRSQL2024Dataset, strings.Join(ids, ","), "abstain-"+endOn
+			if endOn == "upstream-compat" { // no answer action: the printed null abstains
+				f.upstreamCompat = true
+			} else {
+				f.endOn = endOn
+			}
 			spec, err := f.spec()
 			if err != nil {
 				t.Fatal(err)
