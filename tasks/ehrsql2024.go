@@ -390,8 +390,9 @@ func ehrsql24Instruction(ddl *ehrDDL) string {
 		"a single number or value for a scalar answer, true/false for a yes/no question, and a Python list for " +
 		"several values.\n")
 	b.WriteString("Some questions cannot be answered from this database (the data they need is not recorded). " +
-		"For such a question, abstain: give the answer " + strconv.Quote(schemas.AbstainAnswer) + " (the answer action " +
-		"with " + schemas.AbstainAnswer + ", or print " + schemas.AbstainAnswer + " as the last line). An abstention scores " +
-		"better than a wrong answer, and a wrong answer is penalised.")
+		"For such a question, abstain: your answer is then " + strconv.Quote(schemas.AbstainAnswer) + " (print " +
+		schemas.AbstainAnswer + " as the last line of your program's output, or, where the answer action is available, " +
+		"answer " + schemas.AbstainAnswer + "). An abstention is final. It scores better than a wrong answer, which is " +
+		"penalised, but worse than the right answer to a question the data can answer.")
 	return b.String()
 }
