@@ -167,3 +167,15 @@ func TestEHRSQL2024Helpers(t *testing.T) {
 		t.Errorf("a patient without an offset must give NULL, got %v", got)
 	}
 }
+
+func TestSummarizeCountsUnanswerable(t *testing.T) {
+	t.Parallel()
+	mk := func(un bool) Task {
+		return Task{View: schemas.TaskView{Dataset: "ehrsql2024", Split: "test", Category: "c", AnswerType: schemas.AnswerList},
+			Truth: Truth{Abstention: true, Unanswerable: un}}
+	}
+	s := Summarize([]Task{mk(true), mk(false), mk(true)})
+	if len(s.Groups) != 1 || s.Groups[0].Count != 3 || s.Groups[0].Unanswerable != 2 {
+		t.Fatalf("summary %+v, want 3 tasks of which 2 unanswerable", s.Groups)
+	}
+}
