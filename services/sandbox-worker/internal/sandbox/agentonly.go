@@ -1,0 +1,45 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+
+	"github.com/medgym/medgym/schemas"
+)
+
+// errVerifierData says a data root holds verifier-only files.
+var errVerifierData = errors.New("holds verifier-only files")
+
+// checkAgentOnly refuses a data root that holds a verifier-only file (a task
+// file with truths, gold SQL and reference solutions, or the verifier tree's
+// manifest; schemas.VerifierOnlyFile) anywhere below it: whatever is under
+// the data root can be mounted into a sandbox, and agent code that reads the
+// answer key scores without solving anything. The task library's agent tree
+// (<library>/agent) passes; the library root, its verifier tree and a raw
+// upstream task folder do not (stage its agent view with `medgym tasks
+// stage-upstream`). Symbolic links are not followed: mounts resolve them and
+// refuse any that leaves the root.
+func checkAgentOnly(root string) error {
+	var found string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && schemas.VerifierOnlyFile(d.Name()) {
+			found = p
+			return fs.SkipAll
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sandbox: data root %s: %w", root, err)
+	}
+	if found != "" {
+		return fmt.Errorf("sandbox: data root %s %w (%s): agent code could read the answers; "+
+			"give the sandbox the library's agent tree (<library>/%s) or an upstream folder's staged agent view, never the library root or task files",
+			root, errVerifierData, found, schemas.AgentTreeDir)
+	}
+	return nil
+}
