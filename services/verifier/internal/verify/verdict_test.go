@@ -37,7 +37,7 @@ func TestVerdictNeverHoldsTheGold(t *testing.T) {
 		{"list", tasks.Truth{Type: schemas.AnswerList, Values: []string{"alpha-7", "beta-8"}}, "['alpha-7', 'beta-8']", "['alpha-7', 'gamma']", []string{"beta-8"}, "beta-8"},
 		{"predictions", tasks.Truth{Type: schemas.AnswerPredictions, Answer: "min_accuracy=0.83",
 			Values: []string{"101=yes-label", "102=no-label"},
-			Extra: map[string]string{tasks.ExtraIDColumn: "id", tasks.ExtraPredictionColumn: "prediction", tasks.ExtraMinAccuracy: "0.83"}},
+			Extra:  map[string]string{tasks.ExtraIDColumn: "id", tasks.ExtraPredictionColumn: "prediction", tasks.ExtraMinAccuracy: "0.83"}},
 			"", "", []string{"yes-label", "no-label", "0.83", "0.5", "101"}, "0.83"},
 	}
 	ok := func(stdout string) schemas.ExecResult {
