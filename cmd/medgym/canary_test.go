@@ -193,3 +193,57 @@ func TestCanaryEndToEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestTasksDirReferenceRefused: the reference policy over upstream task
+// folders (no reference solutions) is refused up front instead of running
+// every episode into infra_failure.
+func TestTasksDirReferenceRefused(t *testing.T) {
+	f := baseFlags(t)
+	f.tasksDir = filepath.Join(repoRoot(t), "tasks", "testdata", "upstream")
+	f.datasets, f.split, f.policy, f.runID = "mimic_iii", "test", schemas.PolicyReference, "upstream-ref"
+	spec, err := f.spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = runSpec(t.Context(), spec, f, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--policy reference cannot play --tasks-dir tasks") {
+		t.Fatalf("reference policy over --tasks-dir: %v", err)
+	}
+	if _, err := os.Stat(f.store); err == nil {
+		t.Errorf("a refused run created its store %s", f.store)
+	}
+}
+
+// TestTasksDirAgentView: with --tasks-dir the in-process sandbox mounts a
+// staged view of the folder without its task files, removed at the end.
+func TestTasksDirAgentView(t *testing.T) {
+	src := t.TempDir()
+	for p, c := range map[string]string{"eicu/valid_tasks.jsonl": "{}\n", "eicu/patient.csv": "a\n1\n"} {
+		full := filepath.Join(src, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := &serviceFlags{tasksDir: src, library: t.TempDir()}
+	dir, cleanup, err := f.agentTree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "eicu", "patient.csv")); err != nil {
+		t.Errorf("data file missing from the view: %v", err)
+	}
+	if found, err := tasks.FindVerifierOnly(dir); err != nil || found != "" {
+		t.Errorf("the view holds %q (%v)", found, err)
+	}
+	cleanup()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("view left behind after cleanup: %v", err)
+	}
+	f.tasksDir = ""
+	if dir, _, err := f.agentTree(); err != nil || dir != tasks.AgentTree(f.library) {
+		t.Errorf("without --tasks-dir: %s, %v; want the library's agent tree", dir, err)
+	}
+}
