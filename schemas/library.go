@@ -1,7 +1,9 @@
 package schemas
 
 import (
+	"io/fs"
 	"path"
+	"path/filepath"
 	"strings"
 )
 
@@ -38,6 +40,24 @@ var taskFileNames = map[string]bool{
 func VerifierOnlyFile(name string) bool {
 	base := path.Base(strings.ReplaceAll(name, "\\", "/"))
 	return base == VerifierManifestFile || taskFileNames[base]
+}
+
+// FindVerifierOnly walks root and returns the path of the first
+// verifier-only file below it (VerifierOnlyFile), "" when there is none.
+// Symbolic links are not followed.
+func FindVerifierOnly(root string) (string, error) {
+	var found string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && VerifierOnlyFile(d.Name()) {
+			found = p
+			return fs.SkipAll
+		}
+		return nil
+	})
+	return found, err
 }
 
 // TreeHashes are the content hashes of the two library trees an episode was

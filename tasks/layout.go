@@ -162,24 +162,6 @@ func LibraryHashes(lib string) (schemas.TreeHashes, error) {
 	return h, nil
 }
 
-// FindVerifierOnly walks root and returns the first verifier-only file in it
-// (schemas.VerifierOnlyFile), "" when there is none. Symbolic links are not
-// followed.
-func FindVerifierOnly(root string) (string, error) {
-	var found string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.IsDir() && schemas.VerifierOnlyFile(d.Name()) {
-			found = p
-			return fs.SkipAll
-		}
-		return nil
-	})
-	return found, err
-}
-
 // StageUpstream builds the agent view of an upstream task folder in dst:
 // every file of tasksDir except the task files (schemas.VerifierOnlyFile),
 // hard-linked where dst is on the same file system, else copied; and its

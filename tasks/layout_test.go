@@ -21,10 +21,10 @@ func TestLibraryTrees(t *testing.T) {
 		if err := Generate(t.Context(), dataRoot(t), lib, []string{NPowerDataset}); err != nil {
 			t.Fatal(err)
 		}
-		if f, err := FindVerifierOnly(AgentTree(lib)); err != nil || f != "" {
+		if f, err := schemas.FindVerifierOnly(AgentTree(lib)); err != nil || f != "" {
 			t.Fatalf("agent tree holds the verifier-only file %q (%v)", f, err)
 		}
-		if f, err := FindVerifierOnly(VerifierTree(lib)); err != nil || f == "" {
+		if f, err := schemas.FindVerifierOnly(VerifierTree(lib)); err != nil || f == "" {
 			t.Fatalf("positive control: no verifier-only file found in the verifier tree (%v)", err)
 		}
 		for _, p := range []string{filepath.Join(AgentTree(lib), NPowerDataset, "LICENSE.md"),
@@ -143,10 +143,10 @@ func TestStageUpstream(t *testing.T) {
 			t.Errorf("data file %s: %q, %v", p, b, err)
 		}
 	}
-	if f, err := FindVerifierOnly(dst); err != nil || f != "" {
+	if f, err := schemas.FindVerifierOnly(dst); err != nil || f != "" {
 		t.Fatalf("agent view holds %q (%v)", f, err)
 	}
-	if f, err := FindVerifierOnly(src); err != nil || f == "" {
+	if f, err := schemas.FindVerifierOnly(src); err != nil || f == "" {
 		t.Fatalf("positive control: the upstream folder has no task file found (%v)", err)
 	}
 	up, err := UpstreamHashes(src)

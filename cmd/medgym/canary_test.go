@@ -235,7 +235,7 @@ func TestTasksDirAgentView(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "eicu", "patient.csv")); err != nil {
 		t.Errorf("data file missing from the view: %v", err)
 	}
-	if found, err := tasks.FindVerifierOnly(dir); err != nil || found != "" {
+	if found, err := schemas.FindVerifierOnly(dir); err != nil || found != "" {
 		t.Errorf("the view holds %q (%v)", found, err)
 	}
 	cleanup()

@@ -3,8 +3,6 @@ package sandbox
 import (
 	"errors"
 	"fmt"
-	"io/fs"
-	"path/filepath"
 
 	"github.com/medgym/medgym/schemas"
 )
@@ -22,17 +20,7 @@ var errVerifierData = errors.New("holds verifier-only files")
 // stage-upstream`). Symbolic links are not followed: mounts resolve them and
 // refuse any that leaves the root.
 func checkAgentOnly(root string) error {
-	var found string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.IsDir() && schemas.VerifierOnlyFile(d.Name()) {
-			found = p
-			return fs.SkipAll
-		}
-		return nil
-	})
+	found, err := schemas.FindVerifierOnly(root)
 	if err != nil {
 		return fmt.Errorf("sandbox: data root %s: %w", root, err)
 	}
