@@ -204,3 +204,28 @@ func TestRowsFromRecordByName(t *testing.T) {
 		t.Error("a string reward column converted without error")
 	}
 }
+
+// A version-2 file (no tree hash columns) reads back with empty hashes and
+// every other field intact.
+func TestVersion2RowsReadWithoutHashes(t *testing.T) {
+	t.Parallel()
+	res, sc := sampleResult()
+	row := parquet.FromEpisode(res, sc, "strict", sampleHashes)
+	rec := parquet.NewRecord(memory.NewGoAllocator(), []parquet.Row{row})
+	defer rec.Release()
+	n := int(rec.NumCols()) - 2
+	if rec.Schema().Field(n).Name != "agent_tree_hash" || rec.Schema().Field(n+1).Name != "verifier_tree_hash" {
+		t.Fatalf("the hash columns are not the last two: %v", rec.Schema())
+	}
+	v2 := array.NewRecordBatch(arrow.NewSchema(rec.Schema().Fields()[:n], nil), rec.Columns()[:n], rec.NumRows())
+	defer v2.Release()
+	rows, err := parquet.RowsFromRecord(v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := row
+	want.AgentTreeHash, want.VerifierTreeHash = "", ""
+	if len(rows) != 1 || !reflect.DeepEqual(rows[0], want) {
+		t.Fatalf("version-2 row read back as %+v, want %+v", rows, want)
+	}
+}
