@@ -540,6 +540,7 @@ print("data:", sorted(os.listdir("/data")), sorted(os.listdir("/data/toy")))
 `, canary[:len(canary)/2], canary[len(canary)/2:])
 	for name, mk := range backends() {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // backends are independent; most of the time is grep reading /usr
 			s := mk(t, Config{DataRoot: agent})
 			withData := func(r schemas.ActionRequest) schemas.ActionRequest {
 				r.Resources = []string{"toy"}
