@@ -176,8 +176,9 @@ func StageUpstream(tasksDir, dst string) (schemas.TreeHashes, error) {
 	if err != nil {
 		return schemas.TreeHashes{}, fmt.Errorf("stage upstream: %w", err)
 	}
-	if abs == src || strings.HasPrefix(abs, src+string(filepath.Separator)) {
-		return schemas.TreeHashes{}, fmt.Errorf("stage upstream: the agent view %s must be outside the task folder %s", dst, tasksDir)
+	inside := func(a, b string) bool { return a == b || strings.HasPrefix(a, b+string(filepath.Separator)) }
+	if inside(abs, src) || inside(src, abs) { // dst is replaced: it must not hold the task folder either
+		return schemas.TreeHashes{}, fmt.Errorf("stage upstream: the agent view %s and the task folder %s must not contain each other", dst, tasksDir)
 	}
 	if err := os.RemoveAll(dst); err != nil {
 		return schemas.TreeHashes{}, fmt.Errorf("stage upstream: %w", err)
@@ -200,7 +201,7 @@ func StageUpstream(tasksDir, dst string) (schemas.TreeHashes, error) {
 		if err := os.Link(p, out); err == nil {
 			return nil
 		}
-		return copyFileMode(p, out)
+		return copyStream(p, out)
 	})
 	if err != nil {
 		return schemas.TreeHashes{}, fmt.Errorf("stage upstream %s: %w", tasksDir, err)
@@ -234,7 +235,9 @@ func UpstreamHashes(tasksDir string) (schemas.TreeHashes, error) {
 	return schemas.TreeHashes{Agent: agent.Hash, Verifier: ver.Hash}, nil
 }
 
-func copyFileMode(src, dst string) error {
+// copyStream copies a file without holding it in memory (upstream data
+// can be large).
+func copyStream(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -255,5 +258,5 @@ func copyFileMode(src, dst string) error {
 // (<lib>/<dataset>/<split>.jsonl next to the data).
 func oldLayout(lib, dataset string) bool {
 	_, err := os.Stat(filepath.Join(lib, dataset, "test.jsonl"))
-	return err == nil && !strings.HasPrefix(dataset, ".")
+	return err == nil
 }

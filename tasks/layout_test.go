@@ -156,6 +156,12 @@ func TestStageUpstream(t *testing.T) {
 	if _, err := StageUpstream(src, filepath.Join(src, "view")); err == nil {
 		t.Fatal("an agent view inside the task folder was accepted")
 	}
+	if _, err := StageUpstream(src, filepath.Dir(src)); err == nil {
+		t.Fatal("an agent view holding the task folder (which staging replaces) was accepted")
+	}
+	if _, err := os.Stat(filepath.Join(src, "mimic_iii", "valid_tasks.jsonl")); err != nil {
+		t.Fatalf("the task folder was damaged: %v", err)
+	}
 }
 
 // TestUpstreamTaskFilesAreVerifierOnly keeps schemas.VerifierOnlyFile in
