@@ -18,6 +18,13 @@ func TestLibraryTrees(t *testing.T) {
 	var hashes []schemas.TreeHashes
 	for range 2 {
 		lib := t.TempDir()
+		// A library of the old one-tree layout is replaced, answers and all.
+		if err := os.MkdirAll(filepath.Join(lib, NPowerDataset), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(lib, NPowerDataset, "test.jsonl"), []byte("{}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		if err := Generate(t.Context(), dataRoot(t), lib, []string{NPowerDataset}); err != nil {
 			t.Fatal(err)
 		}
@@ -33,8 +40,10 @@ func TestLibraryTrees(t *testing.T) {
 				t.Error(err)
 			}
 		}
-		if _, err := os.Stat(filepath.Join(lib, ".generate-"+NPowerDataset)); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("staging folder left behind: %v", err)
+		for _, d := range []string{".generate-" + NPowerDataset, NPowerDataset} {
+			if _, err := os.Stat(filepath.Join(lib, d)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s left behind: %v", d, err)
+			}
 		}
 		h, err := LibraryHashes(lib)
 		if err != nil {

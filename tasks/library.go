@@ -61,6 +61,11 @@ func Generate(ctx context.Context, dataRoot, libraryDir string, names []string) 
 		if err := splitTrees(stage, AgentTree(libraryDir), VerifierTree(libraryDir), n); err != nil {
 			return fmt.Errorf("generate %s: %w", n, err)
 		}
+		if oldLayout(libraryDir, n) { // the one-tree layout's folder, answers next to the data
+			if err := os.RemoveAll(filepath.Join(libraryDir, n)); err != nil {
+				return fmt.Errorf("generate %s: remove the old layout: %w", n, err)
+			}
+		}
 	}
 	if _, err := WriteManifests(libraryDir); err != nil {
 		return fmt.Errorf("generate: %w", err)
