@@ -46,6 +46,7 @@ type serviceFlags struct {
 	diskMB              int
 	logLevel            string
 	metricsAddr         string
+	maxEpisodes         int
 }
 
 func (f *serviceFlags) register(fs *flag.FlagSet) {
@@ -74,6 +75,7 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.diskMB, "sandbox-disk-mb", 1024, "workspace disk quota of one episode (-1: none)")
 	fs.StringVar(&f.logLevel, "log", "warn", "log level: debug, info, warn, error")
 	fs.StringVar(&f.metricsAddr, "metrics", "", "serve Prometheus /metrics and /healthz of the in-process services on this address")
+	fs.IntVar(&f.maxEpisodes, "max-episodes", 1_000_000, "most episodes (tasks × samples) of one run; larger runs are refused (checked here and by the dispatcher)")
 }
 
 func (f *serviceFlags) storeOptions() store.Options {
@@ -133,7 +135,7 @@ func startServices(ctx context.Context, conn *bus.Conn, f *serviceFlags, llmURL 
 		return func() error { return err }
 	}
 	goService("dispatcher", func() error {
-		return dispatcher.Run(ctx, conn, dispatcher.Config{Metrics: metrics, DataRoot: f.data, LibraryDir: f.library}, log.With("service", "dispatcher"))
+		return dispatcher.Run(ctx, conn, dispatcher.Config{Metrics: metrics, DataRoot: f.data, LibraryDir: f.library, MaxEpisodes: f.maxEpisodes}, log.With("service", "dispatcher"))
 	})
 	goService("llm-worker", func() error {
 		return llmworker.Run(ctx, conn, llmworker.Config{Metrics: metrics,
