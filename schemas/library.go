@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// The task library on disk is two trees (docs/adr/0005-agent-and-verifier-trees.md):
+// The task library on disk is two trees (docs/adr/0008-agent-and-verifier-trees.md):
 //
 //	<library>/agent/<dataset>/...      databases, CSVs, notes: what agent code may read
 //	<library>/agent/AGENT_TREE.json    the agent tree's manifest (content hash)
@@ -25,13 +25,17 @@ const (
 	VerifierManifestFile = "VERIFIER_TREE.json"
 )
 
-// taskFileNames are the names of task files: the library's split files and
-// every file upstream MedAgentGym's loaders read (tasks/upstream.go). They
-// hold the questions with their answers, so agent code must never see them.
+// taskFileNames are the names of task files: the library's split files,
+// every file upstream MedAgentGym's loaders read (tasks/upstream.go) and the
+// reference outputs medgym computes beside them. They hold the answers, so
+// agent code must never see them.
 var taskFileNames = map[string]bool{
 	"train.jsonl": true, "test.jsonl": true, "valid.jsonl": true,
 	"train_tasks.jsonl": true, "valid_tasks.jsonl": true, "test_tasks.jsonl": true,
 	"train_tasks_all.jsonl": true, "task.jsonl": true,
+	// BioCoder's reference outputs (tasks.BioCoderOutputsFile): the stdout
+	// an agent's function must reproduce.
+	"medgym_reference_outputs.jsonl": true,
 }
 
 // VerifierOnlyFile reports whether a file (a slash- or OS-separated path;

@@ -3,7 +3,7 @@
 // and gives each task its agent-visible view, its ground truth and its
 // reference solution.
 //
-// The generated library is two trees (docs/adr/0005-agent-and-verifier-trees.md):
+// The generated library is two trees (docs/adr/0008-agent-and-verifier-trees.md):
 // <library>/agent holds what agent code may read (databases, CSVs, notes)
 // and is the only tree a sandbox mounts; <library>/verifier holds the task
 // files (truth, gold SQL, reference solutions) the loaders read. Each has a

@@ -17,7 +17,7 @@ import (
 	"github.com/medgym/medgym/schemas"
 )
 
-// The library's two trees (docs/adr/0005-agent-and-verifier-trees.md): the
+// The library's two trees (docs/adr/0008-agent-and-verifier-trees.md): the
 // agent tree holds what agent code may read and is the only one a sandbox
 // mounts; the verifier tree holds the task files (truth, gold SQL, reference
 // solutions) that the loaders, the verifier and the reference policy read.

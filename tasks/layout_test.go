@@ -128,6 +128,7 @@ func TestStageUpstream(t *testing.T) {
 		"medagentbench/funcs_v1.json":       "[]",
 		"ehrshot/task.jsonl":                `{"label": "CANARY"}`,
 		"ehrshot/features/train_labels.csv": "id,label\n1,0\n",
+		BioCoderOutputsFile:                 `{"stdout": "CANARY"}`,
 	}
 	for p, c := range files {
 		full := filepath.Join(src, filepath.FromSlash(p))
@@ -182,6 +183,9 @@ func TestUpstreamTaskFilesAreVerifierOnly(t *testing.T) {
 				t.Errorf("%s: task file %s is not verifier-only in schemas.VerifierOnlyFile", ds, f)
 			}
 		}
+	}
+	if !schemas.VerifierOnlyFile(BioCoderOutputsFile) {
+		t.Errorf("BioCoder's reference outputs %s are not verifier-only", BioCoderOutputsFile)
 	}
 	for _, split := range []string{"train", "test"} {
 		if !schemas.VerifierOnlyFile(split + ".jsonl") {

@@ -125,7 +125,7 @@ func clip(s string) string {
 // exit code, the output file the task names, the answer type in its task
 // view) and whether the answer was accepted and could be read, never from
 // the truth's values, so no gold value, bound, list element or label can
-// reach the model (docs/adr/0005-agent-and-verifier-trees.md).
+// reach the model (docs/adr/0008-agent-and-verifier-trees.md).
 func AgentVerdict(mode Mode, truth tasks.Truth, res schemas.ExecResult, c schemas.Check) string {
 	switch {
 	case res.Status == schemas.StatusSandboxError || res.Status == schemas.StatusInfo:
