@@ -155,6 +155,17 @@ func AgentVerdict(mode Mode, truth tasks.Truth, res schemas.ExecResult, c schema
 		return fmt.Sprintf("rejected: the run ended with status %q (exit code %d); strict mode accepts only a clean exit", res.Status, res.ExitCode)
 	}
 	t := answerType(truth)
+	if t == schemas.AnswerOutput {
+		// Whether the reference could be run is the operator's state, not
+		// the reference's output; what it prints is never said.
+		switch st := truth.Extra["reference_output"]; {
+		case st == "missing" || st == "failed":
+			return "rejected: this task has no usable reference output, so no output can be checked (not a fault of the code)"
+		case res.Truncated:
+			return "rejected: the output was truncated"
+		}
+		return "rejected: the program's stdout is not the expected output"
+	}
 	if c.Answer == "" {
 		return "rejected: nothing on stdout (the answer is read from its last non-empty line; stderr is never read)"
 	}

@@ -35,6 +35,8 @@ func TestVerdictNeverHoldsTheGold(t *testing.T) {
 		{"boolean", tasks.Truth{Type: schemas.AnswerBoolean, Answer: "true"}, "true", "false", []string{"true", "True"}, "true"},
 		{"string", tasks.Truth{Type: schemas.AnswerString, Answer: "quercetin-9"}, "quercetin-9", "aspirin", []string{"quercetin"}, "quercetin-9"},
 		{"list", tasks.Truth{Type: schemas.AnswerList, Values: []string{"alpha-7", "beta-8"}}, "['alpha-7', 'beta-8']", "['alpha-7', 'gamma']", []string{"beta-8"}, "beta-8"},
+		{"output", tasks.Truth{Type: schemas.AnswerOutput, Answer: "ACG 0.6667\nTT 0.0\n", Extra: map[string]string{"reference_output": "ok"}},
+			"ACG 0.6667\nTT 0.0", "ACG 0.6667\nTT 1.0", []string{"TT 0.0"}, "TT 0.0"},
 		{"predictions", tasks.Truth{Type: schemas.AnswerPredictions, Answer: "min_accuracy=0.83",
 			Values: []string{"101=yes-label", "102=no-label"},
 			Extra:  map[string]string{tasks.ExtraIDColumn: "id", tasks.ExtraPredictionColumn: "prediction", tasks.ExtraMinAccuracy: "0.83"}},
