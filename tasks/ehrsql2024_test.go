@@ -81,8 +81,12 @@ func TestEHRSQL2024(t *testing.T) {
 		t.Errorf("LICENSE.md lacks the ODbL or CC-BY notice")
 	}
 
+	// loadLibrary reads <LibraryDir>/verifier/<dataset>; link the temp dir there.
 	lib := t.TempDir()
-	if err := os.Symlink(dirs[0], filepath.Join(lib, EHRSQL2024Dataset)); err != nil {
+	if err := os.Mkdir(VerifierTree(lib), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(dirs[0], filepath.Join(VerifierTree(lib), EHRSQL2024Dataset)); err != nil {
 		t.Fatal(err)
 	}
 	var all []Task
