@@ -80,8 +80,13 @@ func TestCheckOutputAbstention(t *testing.T) {
 		if c := CheckOutput(m, "ehrsql2024", un, run("['iv']\n")); c.Accepted {
 			t.Errorf("%s: an answer to an unanswerable task was accepted: %+v", m, c)
 		}
-		if c := CheckOutput(m, "ehrsql2024", ans, run("null\n")); !c.Accepted || !strings.Contains(c.Verdict, "abstained_wrongly") {
-			t.Errorf("%s: an abstention on an answerable task was not final: %+v", m, c)
+		c, detail := CheckOutputDetail(m, "ehrsql2024", ans, run("null\n"))
+		if !c.Accepted || !strings.Contains(detail, "abstained_wrongly") {
+			t.Errorf("%s: an abstention on an answerable task was not final: %+v (%s)", m, c, detail)
+		}
+		// What the agent may be shown is the same for both: no leak.
+		if cu := CheckOutput(m, "ehrsql2024", un, run("null\n")); cu.Verdict != c.Verdict || cu.Accepted != c.Accepted {
+			t.Errorf("%s: the agent can tell an answerable question from its abstention check: %+v vs %+v", m, c, cu)
 		}
 		if c := CheckOutput(m, "ehrsql2024", ans, run("['iv']\n")); !c.Accepted {
 			t.Errorf("%s: the right answer was rejected: %+v", m, c)
