@@ -211,7 +211,19 @@ func (r runResult) successRate() float64 {
 	if n <= 0 {
 		return 0
 	}
-	return float64(r.Outcomes[schemas.OutcomeCorrect]) / float64(n)
+	return float64(solved(r.Outcomes)) / float64(n)
+}
+
+// solved counts the episodes that reached their task's correct outcome
+// (a correct answer or a correct abstention).
+func solved(outcomes map[schemas.Outcome]int) int {
+	n := 0
+	for o, c := range outcomes {
+		if o.Solved() {
+			n += c
+		}
+	}
+	return n
 }
 
 func printSummary(w io.Writer, r runResult) {
@@ -243,6 +255,11 @@ func preflight(ctx context.Context, spec schemas.RunSpec, f *runFlags) error {
 		}
 		if len(ts) == 0 {
 			return fmt.Errorf("dataset %s has no %s tasks (try --split test)", ds, spec.Split)
+		}
+		if spec.Policy.Name == schemas.PolicyReference {
+			if err := haveReferences(ds, ts, f.tasksDir != "" || spec.TasksDir != ""); err != nil {
+				return err
+			}
 		}
 		for _, t := range ts {
 			if (len(spec.Categories) == 0 || slices.Contains(spec.Categories, t.View.Category)) &&
@@ -276,6 +293,24 @@ func preflight(ctx context.Context, spec schemas.RunSpec, f *runFlags) error {
 		_ = resp.Body.Close()
 	}
 	return nil
+}
+
+// haveReferences refuses a reference-policy run over tasks without a
+// reference solution: every such episode would end as infra_failure.
+func haveReferences(ds string, ts []tasks.Task, upstream bool) error {
+	missing := 0
+	for i := range ts {
+		if ts[i].Reference == "" {
+			missing++
+		}
+	}
+	switch {
+	case missing == 0:
+		return nil
+	case upstream:
+		return fmt.Errorf("--policy reference cannot play --tasks-dir tasks: upstream MedAgentGym task files carry no reference solutions (%d of %d %s tasks have none); use --policy openai", missing, len(ts), ds)
+	}
+	return fmt.Errorf("--policy reference: %d of %d %s tasks have no reference solution", missing, len(ts), ds)
 }
 
 // runSpec submits spec and follows it to completion; without --nats it
@@ -499,7 +534,7 @@ func progress(w io.Writer, st schemas.RunStatus, done int, outcomes map[schemas.
 	scored := done - outcomes[schemas.OutcomeInfraFailure]
 	rate := 0.0
 	if scored > 0 {
-		rate = 100 * float64(outcomes[schemas.OutcomeCorrect]) / float64(scored)
+		rate = 100 * float64(solved(outcomes)) / float64(scored)
 	}
 	perMin := float64(done) / el.Minutes()
 	eta := "?"

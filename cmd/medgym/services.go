@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -16,6 +17,7 @@ import (
 	sandboxworker "github.com/medgym/medgym/services/sandbox-worker/service"
 	verifier "github.com/medgym/medgym/services/verifier/service"
 	"github.com/medgym/medgym/store"
+	"github.com/medgym/medgym/tasks"
 )
 
 // serviceFlags are the flags shared by run and serve for in-process services.
@@ -32,6 +34,7 @@ type serviceFlags struct {
 	sandboxConcurrency  int
 	llmConcurrency      int
 	verifierConcurrency int
+	wrongAnswerPenalty  float64
 	llmTimeout          time.Duration
 	llmRetries          int
 	llmNoTemperature    bool
@@ -62,6 +65,7 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.sandboxConcurrency, "sandbox-concurrency", 2, "actions run at once by the sandbox worker")
 	fs.IntVar(&f.llmConcurrency, "llm-concurrency", 32, "episode steps run at once by the llm-worker")
 	fs.IntVar(&f.verifierConcurrency, "verifier-concurrency", 32, "episodes scored and stored at once (also the rows per Parquet file)")
+	fs.Float64Var(&f.wrongAnswerPenalty, "wrong-answer-penalty", 0, "reward −c for a wrong answer or no answer on tasks that offer abstention (EHRSQL 2024's c; mean reward = RS(c)); 0 = off")
 	fs.DurationVar(&f.llmTimeout, "llm-timeout", 5*time.Minute, "timeout of one model request")
 	fs.IntVar(&f.llmRetries, "llm-retries", 4, "retries of a failing model request (429, 5xx, timeouts)")
 	fs.BoolVar(&f.llmNoTemperature, "no-temperature", false, "omit temperature/top_p (models that refuse them, e.g. OpenAI o-series)")
@@ -78,6 +82,37 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 
 func (f *serviceFlags) storeOptions() store.Options {
 	return store.Options{Endpoint: f.s3Endpoint, Region: f.s3Region, UseSSL: !f.s3Insecure}
+}
+
+// agentTree is the directory the in-process sandbox-worker mounts task data
+// from: the library's agent tree, or with --tasks-dir the agent view of the
+// upstream folder staged in a temporary directory (its task files left
+// out), removed by cleanup. Never the library root or a folder with task
+// files: the sandbox refuses those.
+func (f *serviceFlags) agentTree() (dir string, cleanup func(), err error) {
+	if f.tasksDir == "" {
+		dir = tasks.AgentTree(f.library)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", nil, fmt.Errorf("task library agent tree: %w", err)
+		}
+		return dir, func() {}, nil
+	}
+	tmp, err := os.MkdirTemp("", "medgym-upstream-agent-")
+	if err != nil {
+		return "", nil, fmt.Errorf("agent view of %s: %w", f.tasksDir, err)
+	}
+	cleanup = func() { _ = os.RemoveAll(tmp) }
+	dir = filepath.Join(tmp, "view")
+	if _, err := tasks.StageUpstream(f.tasksDir, dir); err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	// The sandbox user must reach the view (MkdirTemp makes it 0700).
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("agent view of %s: %w", f.tasksDir, err)
+	}
+	return dir, cleanup, nil
 }
 
 // startServices runs every service in-process on conn until ctx is done.
@@ -113,15 +148,17 @@ func startServices(ctx context.Context, conn *bus.Conn, f *serviceFlags, llmURL 
 		}, log.With("service", "llm-worker"))
 	})
 	goService("sandbox-worker", func() error {
-		if err := os.MkdirAll(f.library, 0o755); err != nil {
-			return fmt.Errorf("task library dir: %w", err)
+		agent, cleanup, err := f.agentTree()
+		if err != nil {
+			return err
 		}
+		defer cleanup()
 		lim := sandboxworker.Limits{MemoryBytes: int64(f.memoryMB) << 20, DiskBytes: int64(f.diskMB) << 20}
 		if f.diskMB < 0 {
 			lim.DiskBytes = -1
 		}
 		return sandboxworker.Run(ctx, conn, sandboxworker.Config{Metrics: metrics,
-			Sandbox: sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: f.library, Warm: f.warm,
+			Sandbox: sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: agent, Warm: f.warm,
 				DockerReady: f.dockerReady, RequireCgroups: f.requireCgroups, Limits: lim},
 			Concurrency: f.sandboxConcurrency, Worker: host + "/sandbox-worker",
 		}, log.With("service", "sandbox-worker"))
@@ -129,7 +166,7 @@ func startServices(ctx context.Context, conn *bus.Conn, f *serviceFlags, llmURL 
 	goService("verifier", func() error {
 		return verifier.Run(ctx, conn, verifier.Config{Metrics: metrics,
 			DataRoot: f.data, TasksDir: f.tasksDir, LibraryDir: f.library, Store: f.store, StoreOptions: f.storeOptions(),
-			Concurrency: f.verifierConcurrency,
+			Concurrency: f.verifierConcurrency, WrongAnswerPenalty: f.wrongAnswerPenalty,
 		}, log.With("service", "verifier"))
 	})
 	return func() error {

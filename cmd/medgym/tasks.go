@@ -14,11 +14,12 @@ import (
 	"github.com/medgym/medgym/schemas"
 	sandboxworker "github.com/medgym/medgym/services/sandbox-worker/service"
 	"github.com/medgym/medgym/tasks"
+	"github.com/medgym/medgym/tasks/meds"
 )
 
 func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: medgym tasks stats|show|list|verify|generate|reference-outputs [flags]")
+		return fmt.Errorf("usage: medgym tasks stats|show|list|verify|generate|reference-outputs|stage-upstream [flags]")
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
@@ -26,6 +27,8 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return cmdTasksVerify(ctx, args, stdout, stderr)
 	case "generate":
 		return cmdTasksGenerate(ctx, args, stdout, stderr)
+	case "stage-upstream":
+		return cmdTasksStageUpstream(args, stdout, stderr)
 	case "reference-outputs":
 		return cmdTasksReferenceOutputs(ctx, args, stdout, stderr)
 	}
@@ -97,7 +100,11 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}()
 		total := 0
 		for _, g := range sum.Groups {
-			fmt.Fprintf(stdout, "%-14s %-6s %6d tasks  %4d categories  answer types %v\n", g.Dataset, g.Split, g.Count, len(g.Categories), g.AnswerTypes)
+			fmt.Fprintf(stdout, "%-14s %-6s %6d tasks  %4d categories  answer types %v", g.Dataset, g.Split, g.Count, len(g.Categories), g.AnswerTypes)
+			if g.Unanswerable > 0 {
+				fmt.Fprintf(stdout, "  %d unanswerable (abstention is correct)", g.Unanswerable)
+			}
+			fmt.Fprintln(stdout)
 			total += g.Count
 		}
 		fmt.Fprintf(stdout, "total %d tasks\n", total)
@@ -279,10 +286,10 @@ func cmdTasksVerify(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	pass := res.Outcomes[schemas.OutcomeCorrect]
+	pass := solved(res.Outcomes)
 	fmt.Fprintf(stdout, "tasks verify %s: %d passed, %d failed (run %s)\n", strings.Join(spec.Datasets, ","), pass, res.Total-pass, res.RunID)
 	if pass != res.Total {
-		return fmt.Errorf("%d reference solutions failed; inspect with: medgym query --store %s \"SELECT task_id, outcome, error FROM trajectories WHERE run_id='%s' AND outcome<>'correct'\"", res.Total-pass, f.store, res.RunID)
+		return fmt.Errorf("%d reference solutions failed; inspect with: medgym query --store %s \"SELECT task_id, outcome, error FROM trajectories WHERE run_id='%s' AND outcome NOT IN ('correct','abstained_correctly')\"", res.Total-pass, f.store, res.RunID)
 	}
 	return nil
 }
@@ -298,10 +305,37 @@ func cmdTasksGenerate(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	tasks.SetMEDSReader(meds.Read)
 	if err := tasks.Generate(ctx, *data, *library, splitList(*datasets)); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "task library written to %s\n", *library)
+	h, err := tasks.LibraryHashes(*library)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "task library written to %s\n  agent tree    %s  %s (the sandbox-worker's --agent-tree)\n  verifier tree %s  %s\n",
+		*library, tasks.AgentTree(*library), h.Agent, tasks.VerifierTree(*library), h.Verifier)
+	return nil
+}
+
+// cmdTasksStageUpstream writes the agent view of an upstream task folder:
+// its data without the task files, for a sandbox-worker's --agent-tree.
+func cmdTasksStageUpstream(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tasks stage-upstream", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	tasksDir := fs.String("tasks-dir", "", "upstream MedAgentGym task folder")
+	out := fs.String("out", "", "directory to write the agent view to (replaced; outside the task folder)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *tasksDir == "" || *out == "" {
+		return fmt.Errorf("usage: medgym tasks stage-upstream --tasks-dir DIR --out DIR")
+	}
+	h, err := tasks.StageUpstream(*tasksDir, *out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "agent view of %s written to %s\n  agent tree    %s\n  verifier tree %s (the task files, left in %s)\n", *tasksDir, *out, h.Agent, h.Verifier, *tasksDir)
 	return nil
 }
 

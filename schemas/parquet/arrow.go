@@ -73,6 +73,8 @@ const (
 	colCompletionTokens
 	colMessages
 	colTurns
+	colAgentTreeHash
+	colVerifierTreeHash
 	numCols
 )
 
@@ -106,6 +108,8 @@ var schema = arrow.NewSchema([]arrow.Field{
 	colCompletionTokens: {Name: "completion_tokens", Type: arrow.PrimitiveTypes.Int64},
 	colMessages:         {Name: "messages", Type: arrow.ListOfNonNullable(messageType)},
 	colTurns:            {Name: "turns", Type: arrow.ListOfNonNullable(turnType)},
+	colAgentTreeHash:    str("agent_tree_hash"),
+	colVerifierTreeHash: str("verifier_tree_hash"),
 }, func() *arrow.Metadata {
 	m := arrow.NewMetadata([]string{MetadataVersionKey}, []string{SchemaVersion})
 	return &m
@@ -181,6 +185,8 @@ func appendRow(b *array.RecordBuilder, r *Row) {
 	lb := b.Field(colTurns).(*array.ListBuilder)
 	lb.Append(true)
 	appendTurns(lb.ValueBuilder().(*array.StructBuilder), r.Turns)
+	s(colAgentTreeHash, r.AgentTreeHash)
+	s(colVerifierTreeHash, r.VerifierTreeHash)
 }
 
 func appendTurns(sb *array.StructBuilder, turns []Turn) {
@@ -300,6 +306,10 @@ func readColumn(c int, a arrow.Array, rows []Row) error {
 		return readMessages(a, rows)
 	case colTurns:
 		return readTurns(a, rows)
+	case colAgentTreeHash: // absent from files before schema version 3
+		return readStrings(a, rows, func(r *Row, v string) { r.AgentTreeHash = v })
+	case colVerifierTreeHash:
+		return readStrings(a, rows, func(r *Row, v string) { r.VerifierTreeHash = v })
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,11 +37,17 @@ type Config struct {
 	FormatReward float64
 	// GradedML rewards predictions tasks with their accuracy (verify.Options).
 	GradedML bool
-	AckWait  time.Duration
+	// WrongAnswerPenalty is the reward penalty on tasks that offer
+	// abstention (verify.Options).
+	WrongAnswerPenalty float64
+	AckWait            time.Duration
 }
 
 // Run serves until ctx is done.
 func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) error {
+	if p := cfg.WrongAnswerPenalty; p < 0 || math.IsNaN(p) || math.IsInf(p, 0) {
+		return fmt.Errorf("verifier: wrong-answer penalty %v: want a finite number ≥ 0 (it is subtracted)", p)
+	}
 	if cfg.Concurrency < 1 {
 		cfg.Concurrency = 32
 	}
@@ -70,11 +77,16 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 			return fmt.Errorf("verifier: metrics: %w", err)
 		}
 	}
+	hashes, err := treeHashes(cfg)
+	if err != nil {
+		return fmt.Errorf("verifier: %w", err)
+	}
 	runs, err := bus.NewRuns(ctx, conn)
 	if err != nil {
 		return fmt.Errorf("verifier: %w", err)
 	}
-	v := &verifier{runs: runs, scored: scored, conn: conn, lib: tasks.NewCache(cfg.DataRoot, cfg.TasksDir, cfg.LibraryDir), batch: batch, cfg: cfg, log: log}
+	v := &verifier{runs: runs, scored: scored, conn: conn, lib: tasks.NewCache(cfg.DataRoot, cfg.TasksDir, cfg.LibraryDir), batch: batch, cfg: cfg, log: log,
+		hashes: hashes}
 
 	rt, err := bus.NewRouter(conn, log)
 	if err != nil {
@@ -91,12 +103,14 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 			Subject: schemas.EpisodeCompleted, AckWait: cfg.AckWait, MaxDeliver: -1}}, v.score); err != nil {
 		return err
 	}
-	log.Info("verifier running", "store", st.String(), "strict", verify.VersionFor(verify.Strict), "upstream", verify.VersionFor(verify.Upstream))
+	log.Info("verifier running", "store", st.String(), "agent_tree", hashes.Agent, "verifier_tree", hashes.Verifier, "strict", verify.VersionFor(verify.Strict), "upstream", verify.VersionFor(verify.Upstream))
 	return rt.Run(ctx)
 }
 
 type verifier struct {
-	runs   *bus.Runs
+	runs *bus.Runs
+	// hashes are the task trees' hashes, recorded in every row.
+	hashes schemas.TreeHashes
 	scored *prometheus.CounterVec
 	conn   *bus.Conn
 	lib    *tasks.Cache
@@ -120,7 +134,10 @@ func (v *verifier) check(ctx context.Context, obs schemas.Observation) error {
 		if err != nil {
 			return bus.Permanent(fmt.Errorf("check %s turn %d: %w", obs.Ref.EpisodeID, obs.Ref.Turn, err))
 		}
-		c := verify.CheckOutput(mode, obs.Ref.Dataset, truth, obs.Result)
+		// Only the agent-safe verdict travels on: the detailed one can
+		// quote the gold value and stays in this process's log.
+		c, detail := verify.CheckOutputDetail(mode, obs.Ref.Dataset, truth, obs.Result)
+		v.log.Debug("check", "episode", obs.Ref.EpisodeID, "turn", obs.Ref.Turn, "accepted", c.Accepted, "verdict", detail)
 		obs.Check = &c
 	}
 	return v.conn.Publish(ctx, schemas.ObservationChecked.For(obs.Ref.RunID),
@@ -149,12 +166,13 @@ func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
 		res.Error = joinErr(res.Error, "ground truth: "+err.Error())
 	} else {
 		var verdict string
-		sc.Outcome, sc.Reward, verdict = verify.Score(verify.Options{Mode: mode, FormatReward: v.cfg.FormatReward, GradedML: v.cfg.GradedML}, truth, res)
+		sc.Outcome, sc.Reward, verdict = verify.Score(verify.Options{Mode: mode, FormatReward: v.cfg.FormatReward, GradedML: v.cfg.GradedML,
+			WrongAnswerPenalty: v.cfg.WrongAnswerPenalty}, truth, res)
 		if sc.Outcome != schemas.OutcomeCorrect && verdict != "" {
 			res.Error = joinErr(res.Error, verdict)
 		}
 	}
-	row := parquet.FromEpisode(res, sc, string(mode))
+	row := parquet.FromEpisode(res, sc, string(mode), v.hashes)
 	done := make(chan error, 1)
 	v.batch.Add(row, func(err error) { done <- err })
 	select {
@@ -169,6 +187,19 @@ func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
 		v.scored.WithLabelValues(sc.Dataset, string(sc.Outcome)).Inc()
 	}
 	return v.conn.Publish(ctx, schemas.EpisodeScored.For(req.RunID), schemas.MsgID(req.EpisodeID, "scored"), sc)
+}
+
+// treeHashes are the hashes of the task trees this verifier scores with:
+// an upstream folder's (its task files and the rest, hashed here) or the
+// library's manifests.
+func treeHashes(cfg Config) (schemas.TreeHashes, error) {
+	if cfg.TasksDir != "" {
+		return tasks.UpstreamHashes(cfg.TasksDir)
+	}
+	if cfg.LibraryDir == "" {
+		return schemas.TreeHashes{}, nil
+	}
+	return tasks.LibraryHashes(cfg.LibraryDir)
 }
 
 func joinErr(a, b string) string {
