@@ -18,6 +18,8 @@ type Conn struct {
 	NC  *nats.Conn
 	JS  jetstream.JetStream
 	log *slog.Logger
+
+	blobs blobs
 }
 
 // Connect dials url and returns a connection that reconnects forever.
@@ -67,14 +69,17 @@ func (c *Conn) Close() {
 
 // Publish validates v, encodes it as JSON and publishes it to subject with
 // msgID as its Nats-Msg-Id, waiting for the stream's ack. A duplicate (same
-// msgID within the duplicate window) is not an error.
+// msgID within the duplicate window) is not an error. A payload over
+// InlineMax travels through the blob store (see blob.go).
 func (c *Conn) Publish(ctx context.Context, subject, msgID string, v schemas.Validator) error {
 	data, err := schemas.Encode(v)
 	if err != nil {
 		return Permanent(err)
 	}
 	msg := nats.NewMsg(subject)
-	msg.Data = data
+	if err := c.offload(ctx, msg, msgID, data); err != nil {
+		return fmt.Errorf("publish %s (%s): %w", subject, msgID, err)
+	}
 	if msgID != "" {
 		msg.Header.Set(jetstream.MsgIDHeader, msgID)
 	}

@@ -26,6 +26,9 @@ type subscriber struct {
 	cons     jetstream.Consumer
 	log      *slog.Logger
 	nakDelay func(delivered uint64) time.Duration
+	// payload reads a message's payload (Conn.Payload: offloaded payloads
+	// come from the blob store); nil means the message body.
+	payload func(context.Context, jetstream.Msg) ([]byte, error)
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -86,7 +89,15 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 
 // deliver hands one message to the router and settles it; false means stop.
 func (s *subscriber) deliver(ctx context.Context, out chan<- *message.Message, jm jetstream.Msg) bool {
-	wm := message.NewMessage(watermill.NewUUID(), jm.Data())
+	data := jm.Data()
+	if s.payload != nil {
+		var err error
+		if data, err = s.payload(ctx, jm); err != nil {
+			s.settleUnread(jm, err)
+			return ctx.Err() == nil && !s.isClosing()
+		}
+	}
+	wm := message.NewMessage(watermill.NewUUID(), data)
 	for k, v := range jm.Headers() {
 		if k == nats.MsgIdHdr || len(v) == 0 {
 			continue
@@ -122,6 +133,27 @@ func (s *subscriber) deliver(ctx context.Context, out chan<- *message.Message, j
 		return false
 	}
 	return true
+}
+
+// settleUnread settles a message whose offloaded payload could not be
+// read: a missing blob ends it (a dead letter through the terminated
+// advisory), anything else is retried later.
+func (s *subscriber) settleUnread(jm jetstream.Msg, err error) {
+	if IsPermanent(err) {
+		s.log.Error("message payload is gone; terminating it", "subject", jm.Subject(), "err", err)
+		if terr := jm.TermWithReason(err.Error()); terr != nil {
+			s.log.Warn("term failed", "subject", jm.Subject(), "err", terr)
+		}
+		return
+	}
+	var n uint64 = 1
+	if md, merr := jm.Metadata(); merr == nil {
+		n = md.NumDelivered
+	}
+	s.log.Warn("read offloaded payload; retrying", "subject", jm.Subject(), "delivery", n, "err", err)
+	if nerr := jm.NakWithDelay(s.nakDelay(n)); nerr != nil {
+		s.log.Warn("nak failed", "subject", jm.Subject(), "err", nerr)
+	}
 }
 
 func (s *subscriber) isClosing() bool {

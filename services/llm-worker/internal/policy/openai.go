@@ -15,8 +15,10 @@ import (
 // ClientDefaults are applied to every OpenAI-compatible client the worker
 // creates (one per base URL and model).
 type ClientDefaults struct {
-	Timeout                time.Duration
-	MaxConcurrent          int
+	Timeout       time.Duration
+	MaxConcurrent int
+	// MaxRetries bounds the retries of a failing request after the first
+	// attempt: 0 means none.
 	MaxRetries             int
 	MaxRetryWait           time.Duration
 	NoTemperature          bool
@@ -25,7 +27,8 @@ type ClientDefaults struct {
 	// DefaultBaseURL is used when a PolicySpec has none.
 	DefaultBaseURL string
 	// Getenv reads API keys (named by PolicySpec.APIKeyEnv, default
-	// OPENAI_API_KEY); nil means os.Getenv.
+	// OPENAI_API_KEY, or a file named by that name + "_FILE"; see
+	// schemas.Secret); nil means os.Getenv.
 	Getenv func(string) string
 }
 
@@ -51,8 +54,10 @@ func (p *OpenAIPool) Policy(spec schemas.PolicySpec) (episode.Policy, error) {
 // OPENAI_API_KEY. Whether token ids are requested is part of the key, so a
 // run with logprobs never reuses a client made for a run without.
 func (p *OpenAIPool) client(base, model, keyEnv string, tokenIDs bool) (*llm.Client, error) {
-	if base == "" {
-		base = p.Defaults.DefaultBaseURL
+	// The bus carries base URLs without credentials (schemas.StripUserinfo);
+	// the worker's own --llm-url may hold them for its endpoint.
+	if d := p.Defaults.DefaultBaseURL; base == "" || (d != "" && base == schemas.StripUserinfo(d)) {
+		base = d
 	}
 	if base == "" {
 		return nil, fmt.Errorf("no base URL (set --llm-url)")
@@ -72,14 +77,22 @@ func (p *OpenAIPool) client(base, model, keyEnv string, tokenIDs bool) (*llm.Cli
 	if getenv == nil {
 		getenv = os.Getenv
 	}
+	apiKey, err := schemas.Secret(getenv, keyEnv)
+	if err != nil {
+		return nil, err
+	}
+	retries := d.MaxRetries
+	if retries == 0 {
+		retries = -1 // llm.Config reads 0 as its default
+	}
 	c, err := llm.New(llm.Config{
-		BaseURL: base, Model: model, APIKey: getenv(keyEnv),
-		Timeout: d.Timeout, MaxConcurrent: d.MaxConcurrent, MaxRetries: d.MaxRetries, MaxRetryWait: d.MaxRetryWait,
+		BaseURL: base, Model: model, APIKey: apiKey,
+		Timeout: d.Timeout, MaxConcurrent: d.MaxConcurrent, MaxRetries: retries, MaxRetryWait: d.MaxRetryWait,
 		NoTemperature: d.NoTemperature, UseMaxCompletionTokens: d.UseMaxCompletionTokens,
 		RequestTokenIDs: tokenIDs,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%s at %s: %w", model, base, err)
+		return nil, fmt.Errorf("%s at %s: %w", model, schemas.RedactURL(base), err)
 	}
 	if p.clients == nil {
 		p.clients = map[string]*llm.Client{}
