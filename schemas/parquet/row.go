@@ -10,7 +10,7 @@ import (
 // SchemaVersion is the version of the trajectory schema. Bump it on any
 // change to the columns, together with testdata/schema.golden and the table
 // in schemas/README.md.
-const SchemaVersion = "2"
+const SchemaVersion = "3"
 
 // Row is one episode: the Go form of one row of a trajectory file.
 type Row struct {
@@ -80,6 +80,13 @@ type Turn struct {
 	// predictions CSV) as a JSON object name → content; "" when none.
 	// Added in schema version 2.
 	FilesJSON string
+	// StdoutBytes, StderrBytes and ObservationBytes are the full sizes of
+	// Stdout, Stderr and Observation, which are stored capped
+	// (schemas.MaxStoredOutputBytes, with a marker). Added in schema
+	// version 3; 0 in older rows.
+	StdoutBytes      int64
+	StderrBytes      int64
+	ObservationBytes int64
 }
 
 // FromEpisode builds the row of a finished, scored episode. Identity fields
@@ -150,6 +157,9 @@ func FromEpisode(res schemas.EpisodeResult, sc schemas.Score, verifierMode strin
 				CompletionTokenIDs: cloneNonEmpty(t.CompletionTokenIDs),
 				CompletionLogprobs: cloneNonEmpty(t.CompletionLogprobs),
 				FilesJSON:          filesJSON(t.Files),
+				StdoutBytes:        t.StdoutBytes,
+				StderrBytes:        t.StderrBytes,
+				ObservationBytes:   t.ObservationBytes,
 			}
 		}
 	}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/bus/embedded"
+	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/services/llm-worker/fakellm"
+	"github.com/medgym/medgym/tasks"
+)
+
+// TestLargeOutputsKeepEveryTurn (issue 13 item 5): an agent whose code
+// prints at and above the output caps, on a server whose max_payload
+// (256 KiB) is smaller than one uncapped observation, an episode state or
+// its result. Every turn is kept and scored as the agent's own (turn
+// limit), never infra_failure; each stored output is capped with a marker
+// and its full size recorded. Before: "maximum payload exceeded", then
+// infra_failure with num_turns = 0.
+func TestLargeOutputsKeepEveryTurn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	f := baseFlags(t)
+	ts, err := tasks.Load(ctx, tasks.Source{Dataset: "medcalcbench", Split: "test", DataRoot: f.data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), MaxPayload: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	logger := newLogger(io.Discard, "error")
+	conn, err := bus.Connect(ctx, ns.ClientURL(), "test", logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svcCtx, stop := context.WithCancel(ctx)
+	wait := startServices(svcCtx, conn, &f.serviceFlags, "", logger)
+	defer func() { stop(); _ = wait() }()
+
+	// Sizes of stdout per turn, newline included: at the stored cap, at the
+	// sandbox's 256 KiB cap, then above both.
+	sizes := []int{schemas.MaxStoredOutputBytes, 256 << 10, 300_000, 300_000, 300_000, 300_000}
+	var script []string
+	for i, n := range sizes {
+		tail := fmt.Sprintf("%07d\n", 9_000_000+i) // the last line: a wrong answer, different each turn
+		code := fmt.Sprintf("import sys\nsys.stdout.write('y' * %d + %q)", n-len(tail), tail)
+		script = append(script, actionJSON("validate_code", "code", code))
+	}
+	llm := httptest.NewServer(fakellm.New(fakellm.Config{Script: script, Seed: 1}))
+	defer llm.Close()
+	f.nats, f.policy, f.llmURL, f.model, f.runID = ns.ClientURL(), "openai", llm.URL+"/v1", fakellm.DefaultModel, "big-output"
+	f.taskIDs, f.maxTurns = ts[0].View.ID, len(sizes)
+	spec, err := f.spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := runSpec(ctx, spec, f, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := readRun(t, ctx, f.store, "big-output")
+	if len(rows) != 1 {
+		t.Fatalf("%d rows, want 1 (outcomes %v)", len(rows), res.Outcomes)
+	}
+	r := rows[0]
+	if r.Outcome != string(schemas.OutcomeTurnLimit) || int(r.NumTurns) != len(sizes) {
+		t.Fatalf("outcome %s with %d turns (error %q), want turn_limit with %d", r.Outcome, r.NumTurns, r.Error, len(sizes))
+	}
+	for i, tr := range r.Turns {
+		n := sizes[i]
+		if tr.StdoutBytes != int64(n) {
+			t.Errorf("turn %d: stdout_bytes %d, want the full %d", i, tr.StdoutBytes, n)
+		}
+		if len(tr.Stdout) > schemas.MaxStoredOutputBytes+200 || len(tr.Observation) > schemas.MaxStoredOutputBytes+200 {
+			t.Errorf("turn %d: stored stdout %d / observation %d bytes, over the cap", i, len(tr.Stdout), len(tr.Observation))
+		}
+		// The stored tail is the output's end, or past the sandbox's cap
+		// (it keeps the first 256 KiB) the sandbox's own marker.
+		want := fmt.Sprintf("%07d\n", 9_000_000+i)
+		if n > 256<<10 {
+			want = fmt.Sprintf("[output truncated: %d more bytes not shown]", n-256<<10)
+		}
+		if !strings.HasSuffix(tr.Stdout, want) {
+			t.Errorf("turn %d: stored stdout ends %q, want %q", i, tr.Stdout[max(0, len(tr.Stdout)-60):], want)
+		}
+		capped := strings.Contains(tr.Stdout, fmt.Sprintf("the full output was %d bytes", n))
+		if capped != (n > schemas.MaxStoredOutputBytes) || tr.Truncated != capped {
+			t.Errorf("turn %d (%d bytes): marker %v, truncated %v; want both %v", i, n, capped, tr.Truncated, n > schemas.MaxStoredOutputBytes)
+		}
+	}
+	if m := r.Messages[3].Content; m != r.Turns[0].Observation {
+		t.Errorf("the model was not shown the stored observation")
+	}
+}
