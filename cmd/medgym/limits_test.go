@@ -104,3 +104,53 @@ func TestLargeOutputsKeepEveryTurn(t *testing.T) {
 		t.Errorf("the model was not shown the stored observation")
 	}
 }
+
+// TestRunRejectsBadFlags (issue 13 item 9): each of these used to be
+// accepted and misread (--limit -1 meant all tasks, --action-timeout
+// 9300000000 overflowed to a negative limit, --llm-retries -1 meant the
+// default). They fail before anything starts, naming the flag's value.
+func TestRunRejectsBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--limit", "-1"},
+		{"--temperatures", "0,2.5"},
+		{"--temperatures", "-0.1"},
+		{"--temperatures", "0.6abc"},
+		{"--action-timeout", "9300000000"},
+		{"--action-timeout", "0"},
+		{"--episode-timeout", "-1"},
+		{"--llm-retries", "-1"},
+		{"--max-in-flight", "-3"},
+		{"--llm-concurrency", "0"},
+		{"--loop-guard", "maybe"},
+		{"--policy", "openai", "--model", "m", "--llm-url", "http://u:pw-s3cr3t@127.0.0.1:1/v1", "--temperatures", "7"},
+	} {
+		var stderr strings.Builder
+		err := run(t.Context(), append([]string{"run", "--state", t.TempDir(), "--store", t.TempDir()}, args...), io.Discard, &stderr)
+		if err == nil {
+			t.Errorf("%v: accepted", args)
+			continue
+		}
+		if strings.Contains(err.Error(), "pw-s3cr3t") || strings.Contains(stderr.String(), "pw-s3cr3t") {
+			t.Errorf("%v: the password is shown: %v", args, err)
+		}
+		if strings.Contains(err.Error(), "submitted") || strings.Contains(stderr.String(), "submitted") {
+			t.Errorf("%v: a run was submitted", args)
+		}
+	}
+}
+
+// TestSummarySaysOfScored: 7 of 20 episodes infra_failure used to print
+// "success rate 100.0%".
+func TestSummarySaysOfScored(t *testing.T) {
+	var b strings.Builder
+	printSummary(&b, runResult{RunID: "r", Total: 20, Outcomes: map[schemas.Outcome]int{
+		schemas.OutcomeCorrect: 13, schemas.OutcomeInfraFailure: 7}, Store: "runs"})
+	if want := "success 100.0% of 13 scored, 7 infra_failure not scored (13 correct, 7 infra_failure)"; !strings.Contains(b.String(), want) {
+		t.Errorf("summary %q, want it to contain %q", b.String(), want)
+	}
+	b.Reset()
+	printSummary(&b, runResult{RunID: "r", Total: 4, Outcomes: map[schemas.Outcome]int{schemas.OutcomeCorrect: 1, schemas.OutcomeIncorrect: 3}})
+	if want := "success 25.0% of 4 scored (1 correct, 3 incorrect)"; !strings.Contains(b.String(), want) {
+		t.Errorf("summary %q, want it to contain %q", b.String(), want)
+	}
+}

@@ -83,7 +83,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.policy, "policy", "reference", "policy: reference (replays reference solutions) or openai")
 	fs.StringVar(&f.llmURL, "llm-url", "", "OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
 	fs.StringVar(&f.model, "model", "", "model name for --policy openai")
-	fs.StringVar(&f.apiKeyEnv, "api-key-env", "OPENAI_API_KEY", "environment variable holding the API key (read by the llm-worker)")
+	fs.StringVar(&f.apiKeyEnv, "api-key-env", "OPENAI_API_KEY", "environment variable holding the API key, or naming its file with a _FILE suffix (read by the llm-worker)")
 	fs.IntVar(&f.maxTokens, "max-tokens", 8192, "max completion tokens per turn")
 	fs.BoolVar(&f.logprobs, "logprobs", false, "request token ids and logprobs (vLLM) for RL")
 	fs.IntVar(&f.maxTurns, "max-turns", 15, "policy steps per episode")
@@ -103,16 +103,22 @@ func (f *runFlags) spec() (schemas.RunSpec, error) {
 	opts.MaxTurns, opts.EndOn, opts.ShowVerdict = f.maxTurns, f.endOn, f.showVerdict
 	opts.LoopGuard, opts.VerifierMode = f.loopGuard, f.verifierMode
 	opts.ActionTimeoutSec, opts.EpisodeTimeoutSec = f.actionTO, f.episodeTO
-	pol := schemas.PolicySpec{Name: f.policy, Model: f.model, BaseURL: f.llmURL, APIKeyEnv: f.apiKeyEnv,
+	// Credentials in --llm-url stay in this process (its in-process
+	// llm-worker uses them): the spec, which is published and stored, gets
+	// the URL without them. A remote llm-worker needs its own --llm-url.
+	pol := schemas.PolicySpec{Name: f.policy, Model: f.model, BaseURL: schemas.StripUserinfo(f.llmURL), APIKeyEnv: f.apiKeyEnv,
 		MaxTokens: f.maxTokens, Logprobs: f.logprobs, Seed: f.policySeed}
 	if f.policy == schemas.PolicyReference {
 		pol.Model = "reference-solution" // labelled as such everywhere it appears
 	}
 	var temps []float64
 	for _, s := range splitList(f.temperatures) {
-		var t float64
-		if _, err := fmt.Sscanf(s, "%g", &t); err != nil {
+		t, err := strconv.ParseFloat(s, 64)
+		if err != nil {
 			return schemas.RunSpec{}, fmt.Errorf("--temperatures: %q is not a number", s)
+		}
+		if err := schemas.ValidTemperature(t); err != nil {
+			return schemas.RunSpec{}, fmt.Errorf("--temperatures: %w", err)
 		}
 		temps = append(temps, t)
 	}
@@ -137,6 +143,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var f runFlags
 	f.register(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := f.serviceFlags.validate(); err != nil {
 		return err
 	}
 	spec, err := f.spec()
@@ -170,16 +179,26 @@ type runResult struct {
 	Elapsed  time.Duration
 }
 
-func (r runResult) successRate() float64 {
-	n := r.Total - r.Outcomes[schemas.OutcomeInfraFailure]
-	if n <= 0 {
-		return 0
+// scoredRate renders "62.5% of 8 scored", plus ", 7 infra_failure not
+// scored" when any episode failed for infrastructure reasons.
+func scoredRate(correct, scored, infra int) string {
+	rate := 0.0
+	if scored > 0 {
+		rate = 100 * float64(correct) / float64(scored)
 	}
-	return float64(r.Outcomes[schemas.OutcomeCorrect]) / float64(n)
+	s := fmt.Sprintf("%.1f%% of %d scored", rate, max(scored, 0))
+	if infra > 0 {
+		s += fmt.Sprintf(", %d %s not scored", infra, schemas.OutcomeInfraFailure)
+	}
+	return s
 }
 
+// printSummary prints the run's line. The success rate is of the scored
+// episodes: infra failures are never the model's, so they are left out of
+// it and counted next to it, where they cannot be missed.
 func printSummary(w io.Writer, r runResult) {
-	fmt.Fprintf(w, "run %s: %d episodes, success rate %.1f%% (%d correct", r.RunID, r.Total, 100*r.successRate(), r.Outcomes[schemas.OutcomeCorrect])
+	infra := r.Outcomes[schemas.OutcomeInfraFailure]
+	fmt.Fprintf(w, "run %s: %d episodes, success %s (%d correct", r.RunID, r.Total, scoredRate(r.Outcomes[schemas.OutcomeCorrect], r.Total-infra, infra), r.Outcomes[schemas.OutcomeCorrect])
 	keys := make([]string, 0, len(r.Outcomes))
 	for k := range r.Outcomes {
 		if k != schemas.OutcomeCorrect {
@@ -208,11 +227,19 @@ func preflight(ctx context.Context, spec schemas.RunSpec, f *runFlags) error {
 		if spec.Policy.BaseURL == "" {
 			return errors.New("--policy openai needs --llm-url (an OpenAI-compatible base URL such as http://localhost:8000/v1)")
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(spec.Policy.BaseURL, "/")+"/models", nil)
-		if err != nil {
-			return fmt.Errorf("--llm-url %q: %w", spec.Policy.BaseURL, err)
+		base := spec.Policy.BaseURL
+		if f.llmURL != "" && schemas.StripUserinfo(f.llmURL) == base {
+			base = f.llmURL // with its credentials, if any
 		}
-		if k := os.Getenv(spec.Policy.APIKeyEnv); k != "" {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/models", nil)
+		if err != nil {
+			return fmt.Errorf("--llm-url %q: %w", schemas.RedactURL(base), errors.Unwrap(err))
+		}
+		k, err := schemas.Secret(os.Getenv, spec.Policy.APIKeyEnv)
+		if err != nil {
+			return fmt.Errorf("--api-key-env: %w", err)
+		}
+		if k != "" {
 			req.Header.Set("Authorization", "Bearer "+k)
 		}
 		c := &http.Client{Timeout: 10 * time.Second}
@@ -252,7 +279,11 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 		url = ns.ClientURL()
 	}
-	conn, err := bus.Connect(ctx, url, "medgym-cli", logger)
+	var connOpts []bus.ConnectOption
+	if f.nats != "" {
+		connOpts = append(connOpts, bus.WithTLS(f.natsTLS))
+	}
+	conn, err := bus.Connect(ctx, url, "medgym-cli", logger, connOpts...)
 	if err != nil {
 		return runResult{}, err
 	}
@@ -402,11 +433,7 @@ func isTerminal(w io.Writer) bool {
 }
 
 func progress(w io.Writer, st schemas.RunStatus, done int, outcomes map[schemas.Outcome]int, el time.Duration, tty bool) {
-	scored := done - outcomes[schemas.OutcomeInfraFailure]
-	rate := 0.0
-	if scored > 0 {
-		rate = 100 * float64(outcomes[schemas.OutcomeCorrect]) / float64(scored)
-	}
+	infra := outcomes[schemas.OutcomeInfraFailure]
 	perMin := float64(done) / el.Minutes()
 	eta := "?"
 	if done > 0 {
@@ -416,6 +443,6 @@ func progress(w io.Writer, st schemas.RunStatus, done int, outcomes map[schemas.
 	if !tty {
 		lead, end = "", "\n"
 	}
-	fmt.Fprintf(w, "%s%d/%d done, %d in flight, success %.1f%%, %.1f episodes/min, ETA %s%s",
-		lead, done, st.Total, max(0, st.Published-done), rate, perMin, eta, end)
+	fmt.Fprintf(w, "%s%d/%d done, %d in flight, success %s, %.1f episodes/min, ETA %s%s",
+		lead, done, st.Total, max(0, st.Published-done), scoredRate(outcomes[schemas.OutcomeCorrect], done-infra, infra), perMin, eta, end)
 }
