@@ -1,11 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"io/fs"
+	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,5 +158,71 @@ func TestSummarySaysOfScored(t *testing.T) {
 	printSummary(&b, runResult{RunID: "r", Total: 4, Outcomes: map[schemas.Outcome]int{schemas.OutcomeCorrect: 1, schemas.OutcomeIncorrect: 3}})
 	if want := "success 25.0% of 4 scored (1 correct, 3 incorrect)"; !strings.Contains(b.String(), want) {
 		t.Errorf("summary %q, want it to contain %q", b.String(), want)
+	}
+}
+
+// TestLLMCredentialsNeverPersisted (issue 13 item 8): --llm-url with
+// user:password used to be kept in the JetStream streams and the key-value
+// buckets. The endpoint (which demands the credentials) is reached, and no
+// byte of the JetStream store or the trajectory store holds the password.
+func TestLLMCredentialsNeverPersisted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	f := baseFlags(t)
+	ts, err := tasks.Load(ctx, tasks.Source{Dataset: "medcalcbench", Split: "test", DataRoot: f.data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := fakellm.New(fakellm.Config{Script: []string{actionJSON("validate_code", "code", ts[0].Reference)}, Seed: 1})
+	var authed atomic.Int32
+	llm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, p, ok := r.BasicAuth(); !ok || u != "alice" || p != "pw-s3cr3t" {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		authed.Add(1)
+		fake.ServeHTTP(w, r)
+	}))
+	defer llm.Close()
+	f.policy, f.model, f.runID = "openai", fakellm.DefaultModel, "creds"
+	f.llmURL = strings.Replace(llm.URL, "http://", "http://alice:pw-s3cr3t@", 1) + "/v1"
+	f.taskIDs = ts[0].View.ID
+	spec, err := f.spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	res, err := runSpec(ctx, spec, f, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcomes[schemas.OutcomeCorrect] != 1 || authed.Load() == 0 {
+		t.Fatalf("outcomes %v, %d authenticated requests: the endpoint was not reached with its credentials", res.Outcomes, authed.Load())
+	}
+	if strings.Contains(stderr.String(), "pw-s3cr3t") {
+		t.Errorf("the password is in the output:\n%s", stderr.String())
+	}
+	files := 0
+	for _, root := range []string{f.state, f.store} {
+		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			files++
+			if bytes.Contains(b, []byte("pw-s3cr3t")) {
+				t.Errorf("%s holds the password", path)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if files < 10 {
+		t.Fatalf("only %d files searched", files)
 	}
 }
