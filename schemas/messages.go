@@ -511,19 +511,23 @@ func (r EpisodeResult) Validate() error {
 // Score is the verifier's final word on an episode, published after the
 // trajectory row is durably stored.
 type Score struct {
-	RunID           string    `json:"run_id"`
-	EpisodeID       string    `json:"episode_id"`
-	TaskID          string    `json:"task_id"`
-	Dataset         string    `json:"dataset"`
-	Category        string    `json:"category,omitempty"`
-	SampleIndex     int       `json:"sample_index"`
-	PolicyVersion   int       `json:"policy_version,omitempty"`
-	Outcome         Outcome   `json:"outcome"`
-	Reward          float64   `json:"reward"`
-	NumTurns        int       `json:"num_turns"`
-	VerifierVersion string    `json:"verifier_version"`
-	Object          string    `json:"object,omitempty"`
-	ScoredAt        time.Time `json:"scored_at"`
+	RunID           string  `json:"run_id"`
+	EpisodeID       string  `json:"episode_id"`
+	TaskID          string  `json:"task_id"`
+	Dataset         string  `json:"dataset"`
+	Category        string  `json:"category,omitempty"`
+	SampleIndex     int     `json:"sample_index"`
+	PolicyVersion   int     `json:"policy_version,omitempty"`
+	Outcome         Outcome `json:"outcome"`
+	Reward          float64 `json:"reward"`
+	NumTurns        int     `json:"num_turns"`
+	VerifierVersion string  `json:"verifier_version"`
+	Object          string  `json:"object,omitempty"`
+	// Store is the trajectory store the row was written to: a directory's
+	// absolute path or s3://bucket/prefix (contract 1.2), so a CLI that
+	// submitted the run over --nats reads the rows where they are.
+	Store    string    `json:"store,omitempty"`
+	ScoredAt time.Time `json:"scored_at"`
 }
 
 // Validate checks the score.

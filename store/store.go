@@ -109,12 +109,37 @@ func Open(ctx context.Context, url string, opt Options) (*Store, error) {
 // String returns the store's url, for logs.
 func (s *Store) String() string { return s.url }
 
+// Location names the store for another process: a directory's absolute
+// path, or the s3:// URL. Open(Location()) opens the same store.
+func (s *Store) Location() string {
+	if d, ok := s.be.(*dirBackend); ok {
+		return d.root
+	}
+	return s.url
+}
+
 // Locate turns a key returned by Write into a full locator: a file path for
 // a directory store, s3://bucket/key for S3.
 func (s *Store) Locate(key string) string { return s.be.locate(key) }
 
 // Ping checks that the store is reachable.
 func (s *Store) Ping(ctx context.Context) error { return s.be.ping(ctx) }
+
+// probeKey is the object CheckWritable writes (over itself each time),
+// beside the runs and outside every run's prefix.
+const probeKey = Root + "_write-probe"
+
+// CheckWritable writes a small object where trajectories go, so a store
+// that cannot take them (permissions, a file in the way, a read-only bucket
+// policy) fails at start with the reason instead of every episode retrying
+// its write forever.
+func (s *Store) CheckWritable(ctx context.Context) error {
+	msg := []byte("medgym checks that it can write here; this object may be deleted\n")
+	if err := s.be.put(ctx, probeKey, msg); err != nil {
+		return fmt.Errorf("store %s is not writable: %w", s.url, err)
+	}
+	return nil
+}
 
 func runPrefix(runID string) string { return Root + "run=" + runID + "/" }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/medgym/medgym/bus/embedded"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/services/llm-worker/fakellm"
+	"github.com/medgym/medgym/store"
 	"github.com/medgym/medgym/tasks"
 )
 
@@ -224,5 +226,117 @@ func TestLLMCredentialsNeverPersisted(t *testing.T) {
 	}
 	if files < 10 {
 		t.Fatalf("only %d files searched", files)
+	}
+}
+
+// startCluster starts an embedded server and every service (as `medgym
+// serve` does) with the given flags; it returns the URL and a function that
+// waits for the services to stop on their own and returns their error.
+func startCluster(t *testing.T, ctx context.Context, sf serviceFlags) (url string, wait func() error) {
+	t.Helper()
+	ns, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := newLogger(io.Discard, "error")
+	conn, err := bus.Connect(ctx, ns.ClientURL(), "test", logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svcCtx, cancel := context.WithCancel(ctx)
+	w := startServices(svcCtx, conn, &sf, "", logger)
+	var once sync.Once
+	var werr error
+	wait = func() error {
+		once.Do(func() { werr = w() })
+		return werr
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = wait()
+		conn.Close()
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	})
+	return ns.ClientURL(), wait
+}
+
+// TestRunOverNATSFindsTheVerifierStore (issue 13 item 9): `medgym run
+// --nats URL` without --store finished 120/120 and then failed with "store
+// runs holds 0 of 120 episodes", having checked a local default while the
+// verifier wrote elsewhere. The scores now say where the rows are.
+func TestRunOverNATSFindsTheVerifierStore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	svc := baseFlags(t)
+	url, _ := startCluster(t, ctx, svc.serviceFlags) // its verifier writes to svc.store
+
+	f := baseFlags(t) // a different, default-looking store
+	f.nats, f.runID, f.limit = url, "over-nats", 3
+	spec, err := f.spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := runSpec(ctx, spec, f, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Total != 3 || res.Store != svc.store {
+		t.Errorf("run of %d episodes read from %s, want 3 from the verifier's %s", res.Total, res.Store, svc.store)
+	}
+	if rows := readRun(t, ctx, svc.store, "over-nats"); len(rows) != 3 {
+		t.Errorf("verifier's store holds %d rows", len(rows))
+	}
+	st, err := store.Open(ctx, svc.store, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ReadManifest(ctx, "over-nats"); err != nil {
+		t.Errorf("manifest not written beside the rows: %v", err)
+	}
+
+	// An explicit --store that is not the verifier's is an error naming both.
+	f.storeSet, f.runID = true, "over-nats-2"
+	spec, _ = f.spec()
+	if _, err := runSpec(ctx, spec, f, io.Discard); err == nil || !strings.Contains(err.Error(), svc.store) {
+		t.Errorf("--store elsewhere: %v, want an error naming %s", err, svc.store)
+	}
+}
+
+// TestUnwritableStoreFailsFast (issue 13 item 9): a store the verifier
+// cannot write made the run hang at 0 with endless retries. A file where
+// the trajectories directory should be makes a store no one can write, even
+// root: the run fails before it is submitted, and a verifier refuses to
+// start, each saying why.
+func TestUnwritableStoreFailsFast(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, "trajectories"), []byte("in the way"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := baseFlags(t)
+	f.store, f.runID, f.limit = bad, "unwritable", 2
+	spec, err := f.spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	_, err = runSpec(ctx, spec, f, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "not writable") {
+		t.Fatalf("embedded run: %v, want a 'not writable' error", err)
+	}
+	if strings.Contains(stderr.String(), "submitted") {
+		t.Error("the run was submitted")
+	}
+
+	svc := baseFlags(t)
+	svc.store = bad
+	_, wait := startCluster(t, ctx, svc.serviceFlags)
+	if err := wait(); err == nil || !strings.Contains(err.Error(), "verifier") || !strings.Contains(err.Error(), "not writable") {
+		t.Fatalf("services on an unwritable store: %v, want the verifier to refuse", err)
 	}
 }

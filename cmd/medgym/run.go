@@ -57,6 +57,9 @@ type runFlags struct {
 	maxInFlight  int
 	quiet        bool
 	specFile     string
+	// storeSet says --store was given: with --nats, a run whose verifier
+	// wrote elsewhere is then an error instead of read from there.
+	storeSet bool
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -145,6 +148,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	fs.Visit(func(fl *flag.Flag) { f.storeSet = f.storeSet || fl.Name == "store" })
 	if err := f.serviceFlags.validate(); err != nil {
 		return err
 	}
@@ -263,6 +267,12 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 	if err != nil {
 		return runResult{}, err
 	}
+	if f.nats == "" {
+		// The in-process verifier writes here: check before submitting.
+		if err := st.CheckWritable(ctx); err != nil {
+			return runResult{}, fmt.Errorf("%w (pass --store a directory or s3://bucket/prefix this process can write)", err)
+		}
+	}
 	url := f.nats
 	logger := newLogger(stderr, f.logLevel)
 	var wait func() error
@@ -318,6 +328,12 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 	if err != nil {
 		return runResult{}, err
 	}
+	if f.nats != "" {
+		// The rows are where the verifier wrote them, which the scores say.
+		if st, err = verifierStore(ctx, conn, spec.RunID, st, f); err != nil {
+			return runResult{RunID: spec.RunID, Total: status.Total, Outcomes: outcomes, Elapsed: time.Since(start)}, err
+		}
+	}
 	res := runResult{RunID: spec.RunID, Total: status.Total, Outcomes: outcomes, Store: st.String(), Elapsed: time.Since(start)}
 	// Every row is stored (the scores say so); the store may still be
 	// briefly unreachable, so reading back waits for it, within bounds.
@@ -346,6 +362,56 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 		return res, fmt.Errorf("write manifest: %w", err)
 	}
 	return res, nil
+}
+
+// verifierStore returns the store the run's rows were written to, learnt
+// from its scores (schemas.Score.Store): that store when --store was left
+// at its default, st when --store names the same one, and an error naming
+// both when they differ. Scores from verifiers older than contract 1.2
+// carry no store: st is used.
+func verifierStore(ctx context.Context, conn *bus.Conn, runID string, st *store.Store, f *runFlags) (*store.Store, error) {
+	cons, err := conn.JS.OrderedConsumer(ctx, schemas.StreamScores, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{schemas.EpisodeScored.For(runID)}})
+	if err != nil {
+		return nil, fmt.Errorf("read the scores of run %s: %w", runID, err)
+	}
+	seen := map[string]bool{}
+	var locs []string
+	for {
+		batch, err := cons.FetchNoWait(500)
+		if err != nil {
+			return nil, fmt.Errorf("read the scores of run %s: %w", runID, err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			var sc schemas.Score
+			if json.Unmarshal(m.Data(), &sc) == nil && sc.Store != "" && !seen[sc.Store] {
+				seen[sc.Store] = true
+				locs = append(locs, sc.Store)
+			}
+		}
+		if n == 0 {
+			break
+		}
+	}
+	switch {
+	case len(locs) == 0:
+		return st, nil
+	case len(locs) > 1:
+		sort.Strings(locs)
+		return nil, fmt.Errorf("run %s: verifiers wrote its episodes to %d stores (%s); each holds part of the run",
+			runID, len(locs), strings.Join(locs, ", "))
+	case locs[0] == st.Location():
+		return st, nil
+	case f.storeSet:
+		return nil, fmt.Errorf("run %s: the verifier wrote its episodes to %s, not to --store %s", runID, locs[0], st.Location())
+	}
+	vs, err := store.Open(ctx, locs[0], f.storeOptions())
+	if err != nil {
+		return nil, fmt.Errorf("run %s: open the verifier's store: %w", runID, err)
+	}
+	return vs, nil
 }
 
 func policyLabel(p schemas.PolicySpec) string {
