@@ -28,7 +28,9 @@ const ManifestName = "_manifest.json"
 
 // Options configure an S3 store; a directory store ignores them. Empty
 // fields fall back to the AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
-// AWS_SECRET_ACCESS_KEY and AWS_REGION environment variables.
+// AWS_SECRET_ACCESS_KEY and AWS_REGION environment variables; the two
+// credentials also to the files named by AWS_ACCESS_KEY_ID_FILE and
+// AWS_SECRET_ACCESS_KEY_FILE (Docker and Kubernetes secrets).
 type Options struct {
 	// Endpoint is host:port or a URL (http://host:port); a URL's scheme
 	// overrides UseSSL.
@@ -46,15 +48,25 @@ type Options struct {
 	RowGroupLength int64
 }
 
-func (o Options) withEnv(getenv func(string) string) Options {
+func (o Options) withEnv(getenv func(string) string) (Options, error) {
 	fill := func(v *string, env string) {
 		if *v == "" {
 			*v = getenv(env)
 		}
 	}
+	// Credentials: the variable, or the file its _FILE variable names.
+	secret := func(v *string, env string) error {
+		if *v != "" {
+			return nil
+		}
+		s, err := schemas.Secret(getenv, env)
+		*v = s
+		return err
+	}
 	fill(&o.Endpoint, "AWS_ENDPOINT_URL")
-	fill(&o.AccessKey, "AWS_ACCESS_KEY_ID")
-	fill(&o.SecretKey, "AWS_SECRET_ACCESS_KEY")
+	if err := errors.Join(secret(&o.AccessKey, "AWS_ACCESS_KEY_ID"), secret(&o.SecretKey, "AWS_SECRET_ACCESS_KEY")); err != nil {
+		return o, fmt.Errorf("s3 credentials: %w", err)
+	}
 	fill(&o.Region, "AWS_REGION")
 	if o.Region == "" {
 		o.Region = "us-east-1"
@@ -62,7 +74,7 @@ func (o Options) withEnv(getenv func(string) string) Options {
 	if o.MaxRetries <= 0 {
 		o.MaxRetries = 3
 	}
-	return o
+	return o, nil
 }
 
 // Store reads and writes trajectory files. It is safe for concurrent use.
@@ -83,7 +95,10 @@ type Store struct {
 // the endpoint at once, so a wrong endpoint or wrong credentials fail here
 // with an error that names the endpoint.
 func Open(ctx context.Context, url string, opt Options) (*Store, error) {
-	opt = opt.withEnv(os.Getenv)
+	opt, err := opt.withEnv(os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", url, err)
+	}
 	s := &Store{url: url, rowGroupLen: opt.RowGroupLength, seen: map[string]map[string]struct{}{}}
 	switch {
 	case url == "":
