@@ -37,6 +37,9 @@ func TestQueryIsLockedDown(t *testing.T) {
 	if _, rows, err := query.Query(ctx, dir, "WITH x AS (SELECT episode_id FROM trajectories) SELECT * FROM x"); err != nil || len(rows) != 1 {
 		t.Fatalf("positive control (WITH): %v %v", rows, err)
 	}
+	if _, rows, err := query.Query(ctx, dir, "DESCRIBE trajectories"); err != nil || len(rows) < 10 {
+		t.Fatalf("positive control (DESCRIBE): %d rows, %v", len(rows), err)
+	}
 	for name, q := range map[string]string{
 		"read_csv elsewhere":       "SELECT * FROM read_csv(" + sq(secret) + ")",
 		"bare file elsewhere":      "SELECT * FROM " + sq(secret),
