@@ -35,10 +35,7 @@ func TestLargeOutputsKeepEveryTurn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	f := baseFlags(t)
-	ts, err := tasks.Load(ctx, tasks.Source{Dataset: "medcalcbench", Split: "test", DataRoot: f.data})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ts := medcalcTasks(t, ctx, f.data)
 	ns, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), MaxPayload: 256 << 10})
 	if err != nil {
 		t.Fatal(err)
@@ -171,10 +168,7 @@ func TestLLMCredentialsNeverPersisted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	f := baseFlags(t)
-	ts, err := tasks.Load(ctx, tasks.Source{Dataset: "medcalcbench", Split: "test", DataRoot: f.data})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ts := medcalcTasks(t, ctx, f.data)
 	fake := fakellm.New(fakellm.Config{Script: []string{actionJSON("validate_code", "code", ts[0].Reference)}, Seed: 1})
 	var authed atomic.Int32
 	llm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -339,4 +333,14 @@ func TestUnwritableStoreFailsFast(t *testing.T) {
 	if err := wait(); err == nil || !strings.Contains(err.Error(), "verifier") || !strings.Contains(err.Error(), "not writable") {
 		t.Fatalf("services on an unwritable store: %v, want the verifier to refuse", err)
 	}
+}
+
+// medcalcTasks loads MedCalc-Bench's test tasks from the data root.
+func medcalcTasks(t *testing.T, ctx context.Context, data string) []tasks.Task {
+	t.Helper()
+	ts, err := tasks.Load(ctx, tasks.Source{Dataset: "medcalcbench", Split: "test", DataRoot: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts
 }
