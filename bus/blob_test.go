@@ -146,3 +146,36 @@ func TestStateKVHoldsLargeValues(t *testing.T) {
 		t.Errorf("%d objects left behind after the value shrank, want 0: %v", len(left), left[0].Name)
 	}
 }
+
+// TestOffloadedDeadLetterStaysAPointer: a handler's permanent failure on an
+// offloaded message dead-letters the pointer (header, empty body), which
+// a server with a small max_payload accepts, not the resolved payload.
+func TestOffloadedDeadLetterStaysAPointer(t *testing.T) {
+	conn, ctx := smallServer(t)
+	rt, err := bus.NewRouter(conn, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Handle(rt, "results", bus.HandlerOptions{ConsumerOptions: bus.ConsumerOptions{
+		Stream: schemas.StreamResults, Durable: "blob-dead", Subject: schemas.EpisodeCompleted}},
+		func(context.Context, schemas.EpisodeResult) error { return bus.Permanent(errors.New("no")) }); err != nil {
+		t.Fatal(err)
+	}
+	stop := runRouter(t, ctx, rt)
+	defer stop()
+	if err := conn.Publish(ctx, schemas.EpisodeCompleted.For("r1"), "big/result", bigResult("big", 600<<10)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := conn.JS.Stream(ctx, schemas.StreamDeadLetter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m *jetstream.RawStreamMsg
+	waitFor(t, 20*time.Second, func() bool {
+		m, err = s.GetMsg(ctx, 1)
+		return err == nil
+	})
+	if m.Header.Get(bus.HeaderBlob) == "" || len(m.Data) != 0 {
+		t.Errorf("dead letter: blob header %q, %d-byte body; want the pointer", m.Header.Get(bus.HeaderBlob), len(m.Data))
+	}
+}

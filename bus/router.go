@@ -90,7 +90,7 @@ func Handle[In schemas.Validator](rt *Router, name string, o HandlerOptions, h f
 				m.observe(name, time.Since(start), err)
 			}()
 		}
-		in, err := schemas.Decode[In](msg.Payload)
+		in, err := schemas.Decode[In](payloadOf(msg))
 		if err != nil {
 			return Permanent(err)
 		}

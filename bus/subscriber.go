@@ -41,6 +41,17 @@ func newSubscriber(cons jetstream.Consumer, log *slog.Logger, nakDelay func(uint
 
 type deliveryKey struct{}
 
+type payloadKey struct{}
+
+// payloadOf is the payload of a message being handled: the offloaded one
+// the subscriber fetched, else the body.
+func payloadOf(msg *message.Message) []byte {
+	if p, ok := msg.Context().Value(payloadKey{}).([]byte); ok {
+		return p
+	}
+	return msg.Payload
+}
+
 // Delivery returns the JetStream message being handled, if any.
 func Delivery(ctx context.Context) (jetstream.Msg, bool) {
 	m, ok := ctx.Value(deliveryKey{}).(jetstream.Msg)
@@ -89,22 +100,26 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 
 // deliver hands one message to the router and settles it; false means stop.
 func (s *subscriber) deliver(ctx context.Context, out chan<- *message.Message, jm jetstream.Msg) bool {
-	data := jm.Data()
-	if s.payload != nil {
-		var err error
-		if data, err = s.payload(ctx, jm); err != nil {
+	// An offloaded payload travels in the context; the Watermill message
+	// keeps the empty body and the Medgym-Blob header, so a dead-letter copy
+	// stays a small pointer to the same object.
+	base := context.WithValue(ctx, deliveryKey{}, jm)
+	if s.payload != nil && jm.Headers().Get(HeaderBlob) != "" {
+		data, err := s.payload(ctx, jm)
+		if err != nil {
 			s.settleUnread(jm, err)
 			return ctx.Err() == nil && !s.isClosing()
 		}
+		base = context.WithValue(base, payloadKey{}, data)
 	}
-	wm := message.NewMessage(watermill.NewUUID(), data)
+	wm := message.NewMessage(watermill.NewUUID(), jm.Data())
 	for k, v := range jm.Headers() {
 		if k == nats.MsgIdHdr || len(v) == 0 {
 			continue
 		}
 		wm.Metadata.Set(k, v[0])
 	}
-	mctx, cancel := context.WithCancel(context.WithValue(ctx, deliveryKey{}, jm))
+	mctx, cancel := context.WithCancel(base)
 	defer cancel()
 	wm.SetContext(mctx)
 	select {
