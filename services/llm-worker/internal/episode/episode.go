@@ -89,9 +89,9 @@ func (e *Engine) Continue(ctx context.Context, st schemas.EpisodeState, obs sche
 	r := obs.Result
 	// What is stored (and shown to the model) is capped per observation,
 	// with a marker and the full sizes recorded.
-	t.Observation, t.ObservationBytes = capOutput(agent.ObservationMessage(r, obs.Check, st.Request.Options.ShowVerdict), 0)
-	t.Stdout, t.StdoutBytes = capOutput(r.Stdout, r.StdoutBytes)
-	t.Stderr, t.StderrBytes = capOutput(r.Stderr, r.StderrBytes)
+	t.Observation, t.ObservationBytes = schemas.CapStored(agent.ObservationMessage(r, obs.Check, st.Request.Options.ShowVerdict), 0)
+	t.Stdout, t.StdoutBytes = schemas.CapStored(r.Stdout, r.StdoutBytes)
+	t.Stderr, t.StderrBytes = schemas.CapStored(r.Stderr, r.StderrBytes)
 	t.ExecStatus, t.ExitCode = r.Status, r.ExitCode
 	t.Truncated, t.DurationMS = r.Truncated || t.Stdout != r.Stdout || t.Stderr != r.Stderr, r.DurationMS
 	if len(r.Files) > 0 {

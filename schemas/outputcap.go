@@ -1,19 +1,17 @@
-package episode
+package schemas
 
 import (
 	"fmt"
 	"unicode/utf8"
-
-	"github.com/medgym/medgym/schemas"
 )
 
-// capOutput caps s at schemas.MaxStoredOutputBytes for storing: the first
-// and last halves stay (the end of an output usually holds the answer or
-// the traceback), joined by a visible marker that gives the full size. full
-// is the size the producer reported before its own cap (0: len(s)); the
-// second result is the full size to record.
-func capOutput(s string, full int64) (string, int64) {
-	return capText(s, full, schemas.MaxStoredOutputBytes)
+// CapStored caps s at MaxStoredOutputBytes, the form in which turns store
+// outputs: the first and last halves stay (the end of an output usually
+// holds the answer or the traceback), joined by a visible marker that gives
+// the full size. full is the size the producer reported before its own cap
+// (0: len(s)); the second result is the full size to record.
+func CapStored(s string, full int64) (string, int64) {
+	return capText(s, full, MaxStoredOutputBytes)
 }
 
 func capText(s string, full int64, limit int) (string, int64) {
