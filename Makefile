@@ -51,8 +51,10 @@ tidy:
 	@for m in $(MODULES); do (cd $$m && GOWORK=off go mod tidy -diff >/dev/null) || { echo "go mod tidy needed in $$m"; exit 1; }; done
 
 ## test: every check CI runs: gofmt, vet, go mod tidy, race tests (Docker backend included),
-## the sandbox on cgroup v2, every reference solution, bounded fuzzing
-test: fmt vet tidy test-go test-cgroup2 verify-all fuzz
+## the sandbox on cgroup v2, every reference solution, bounded fuzzing; prints each stage's time
+TEST_STAGES := setup-test library fmt vet tidy test-go test-cgroup2 verify-all fuzz
+test:
+	@scripts/stages.sh $(TEST_STAGES)
 
 ## test-cgroup2: the sandbox's cgroup tests and abuse suite on a cgroup v2 kernel (a QEMU VM)
 test-cgroup2: setup-test

@@ -93,6 +93,10 @@ const (
 	// bodies, whose message then carries only the object's name in the
 	// Medgym-Blob header, and large key-value values (see bus/blob.go).
 	BucketBlobs = "MEDGYM_BLOBS"
+	// BucketCompletions holds which episodes of a run are scored
+	// (dispatcher-owned): key "<run>.<chunk>", value a bitmap of
+	// 8,192 episodes (bit i of chunk c: episode c·8192+i).
+	BucketCompletions = "MEDGYM_RUN_DONE"
 )
 
 // ValidToken reports whether s can be used as one subject token (run ids,

@@ -212,18 +212,7 @@ func TestChaosExternalProcesses(t *testing.T) {
 		"verifier":        mk("verifier", "--data", data, "--library", library, "--store", storeDir, "--ack-wait", "4s", "--concurrency", "8"),
 	}
 	// Wait until nats-server answers, then start the services.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("nats-server did not start")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitListening(t, addr)
 	for _, p := range procs {
 		p.start()
 	}

@@ -293,7 +293,7 @@ func TestRunOverNATSFindsTheVerifierStore(t *testing.T) {
 	}
 
 	// An explicit --store that is not the verifier's is an error naming both.
-	f.storeSet, f.runID = true, "over-nats-2"
+	f.explicit, f.runID = map[string]bool{"store": true}, "over-nats-2"
 	spec, _ = f.spec()
 	if _, err := runSpec(ctx, spec, f, io.Discard); err == nil || !strings.Contains(err.Error(), svc.store) {
 		t.Errorf("--store elsewhere: %v, want an error naming %s", err, svc.store)

@@ -45,6 +45,7 @@ type serviceFlags struct {
 	logLevel            string
 	metricsAddr         string
 	natsTLS             bus.TLS
+	maxEpisodes         int
 }
 
 func (f *serviceFlags) register(fs *flag.FlagSet) {
@@ -73,6 +74,7 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.diskMB, "sandbox-disk-mb", 1024, "workspace disk quota of one episode (-1: none)")
 	fs.StringVar(&f.logLevel, "log", "warn", "log level: debug, info, warn, error")
 	fs.StringVar(&f.metricsAddr, "metrics", "", "serve Prometheus /metrics and /healthz of the in-process services on this address (e.g. 127.0.0.1:9100)")
+	fs.IntVar(&f.maxEpisodes, "max-episodes", 1_000_000, "most episodes (tasks × samples) of one run; larger runs are refused (checked here and by the dispatcher)")
 	f.natsTLS.RegisterFlags(fs, os.Getenv)
 }
 
@@ -129,7 +131,7 @@ func startServices(ctx context.Context, conn *bus.Conn, f *serviceFlags, llmURL 
 		return func() error { return err }
 	}
 	goService("dispatcher", func() error {
-		return dispatcher.Run(ctx, conn, dispatcher.Config{Metrics: metrics, DataRoot: f.data, LibraryDir: f.library}, log.With("service", "dispatcher"))
+		return dispatcher.Run(ctx, conn, dispatcher.Config{Metrics: metrics, DataRoot: f.data, LibraryDir: f.library, MaxEpisodes: f.maxEpisodes}, log.With("service", "dispatcher"))
 	})
 	goService("llm-worker", func() error {
 		return llmworker.Run(ctx, conn, llmworker.Config{Metrics: metrics,

@@ -10,10 +10,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/services/dispatcher/internal/dispatch"
 	"github.com/medgym/medgym/services/dispatcher/service"
 )
 
@@ -35,17 +37,29 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", "127.0.0.1:9101"), "address of /metrics and /healthz: loopback by default; in a container or pod its own IP or host name (e.g. $POD_IP:9101); empty: off (env MEDGYM_METRICS)")
 	var natsTLS bus.TLS
 	natsTLS.RegisterFlags(fs, getenv)
+	defMax := dispatch.DefaultMaxEpisodes
+	if v := getenv("MEDGYM_MAX_EPISODES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("MEDGYM_MAX_EPISODES: %q is not an integer", v)
+		}
+		defMax = n
+	}
+	maxEpisodes := fs.Int("max-episodes", defMax, "most episodes (tasks × samples) of one run; larger runs are refused (env MEDGYM_MAX_EPISODES)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *maxEpisodes < 1 {
+		return fmt.Errorf("--max-episodes must be ≥ 1, got %d", *maxEpisodes)
+	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "dispatcher")
-	log.Info("config", "nats", schemas.RedactURL(*natsURL), "data", *data)
+	log.Info("config", "nats", schemas.RedactURL(*natsURL), "data", *data, "max_episodes", *maxEpisodes)
 	conn, metrics, err := bus.Start(ctx, *natsURL, "dispatcher", *metricsAddr, log, bus.WithTLS(natsTLS))
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	return service.Run(ctx, conn, service.Config{Metrics: metrics, DataRoot: *data, LibraryDir: *library}, log)
+	return service.Run(ctx, conn, service.Config{Metrics: metrics, DataRoot: *data, LibraryDir: *library, MaxEpisodes: *maxEpisodes}, log)
 }
 
 func envOr(getenv func(string) string, k, def string) string {
