@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"io/fs"
@@ -162,8 +163,9 @@ func TestSummarySaysOfScored(t *testing.T) {
 
 // TestLLMCredentialsNeverPersisted (issue 13 item 8): --llm-url with
 // user:password used to be kept in the JetStream streams and the key-value
-// buckets. The endpoint (which demands the credentials) is reached, and no
-// byte of the JetStream store or the trajectory store holds the password.
+// buckets. The endpoint (which demands the credentials, over https with a
+// private CA given by --llm-ca) is reached, and no byte of the JetStream
+// store or the trajectory store holds the password.
 func TestLLMCredentialsNeverPersisted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -171,7 +173,8 @@ func TestLLMCredentialsNeverPersisted(t *testing.T) {
 	ts := medcalcTasks(t, ctx, f.data)
 	fake := fakellm.New(fakellm.Config{Script: []string{actionJSON("validate_code", "code", ts[0].Reference)}, Seed: 1})
 	var authed atomic.Int32
-	llm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// Over https, with a certificate only --llm-ca makes trusted (item 10).
+	llm := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if u, p, ok := r.BasicAuth(); !ok || u != "alice" || p != "pw-s3cr3t" {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
@@ -181,7 +184,11 @@ func TestLLMCredentialsNeverPersisted(t *testing.T) {
 	}))
 	defer llm.Close()
 	f.policy, f.model, f.runID = "openai", fakellm.DefaultModel, "creds"
-	f.llmURL = strings.Replace(llm.URL, "http://", "http://alice:pw-s3cr3t@", 1) + "/v1"
+	f.llmURL = strings.Replace(llm.URL, "https://", "https://alice:pw-s3cr3t@", 1) + "/v1"
+	f.llmCA = filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(f.llmCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: llm.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	f.taskIDs = ts[0].View.ID
 	spec, err := f.spec()
 	if err != nil {

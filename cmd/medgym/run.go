@@ -24,6 +24,7 @@ import (
 	"github.com/medgym/medgym/bus/embedded"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
+	llmworker "github.com/medgym/medgym/services/llm-worker/service"
 	"github.com/medgym/medgym/store"
 	"github.com/medgym/medgym/tasks"
 )
@@ -296,7 +297,14 @@ func preflight(ctx context.Context, spec schemas.RunSpec, f *runFlags) error {
 		if k != "" {
 			req.Header.Set("Authorization", "Bearer "+k)
 		}
-		c := &http.Client{Timeout: 10 * time.Second}
+		c, err := llmworker.HTTPClient(f.llmCA)
+		if err != nil {
+			return err
+		}
+		if c == nil {
+			c = &http.Client{}
+		}
+		c.Timeout = 10 * time.Second
 		resp, err := c.Do(req)
 		if err != nil {
 			return fmt.Errorf("model endpoint %s is unreachable: %v (start the server or fix --llm-url)", spec.Policy.BaseURL, errors.Unwrap(err))

@@ -34,6 +34,7 @@ type serviceFlags struct {
 	verifierConcurrency int
 	llmTimeout          time.Duration
 	llmRetries          int
+	llmCA               string
 	llmNoTemperature    bool
 	llmMaxCompletion    bool
 	debuggerURL         string
@@ -65,6 +66,7 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.verifierConcurrency, "verifier-concurrency", 32, "episodes scored and stored at once (also the rows per Parquet file)")
 	fs.DurationVar(&f.llmTimeout, "llm-timeout", 5*time.Minute, "timeout of one model request")
 	fs.IntVar(&f.llmRetries, "llm-retries", 4, "retries of a failing model request (429, 5xx, timeouts); 0: none")
+	fs.StringVar(&f.llmCA, "llm-ca", os.Getenv("MEDGYM_LLM_CA"), "PEM file of a private CA trusted for https:// model endpoints, besides the system's (env MEDGYM_LLM_CA)")
 	fs.BoolVar(&f.llmNoTemperature, "no-temperature", false, "omit temperature/top_p (models that refuse them, e.g. OpenAI o-series)")
 	fs.BoolVar(&f.llmMaxCompletion, "max-completion-tokens", false, "send max_completion_tokens instead of max_tokens (reasoning models)")
 	fs.StringVar(&f.debuggerURL, "debugger-url", "", "base URL of the model answering the debug action (default: the episode's endpoint)")
@@ -136,7 +138,7 @@ func startServices(ctx context.Context, conn *bus.Conn, f *serviceFlags, llmURL 
 	goService("llm-worker", func() error {
 		return llmworker.Run(ctx, conn, llmworker.Config{Metrics: metrics,
 			DataRoot: f.data, TasksDir: f.tasksDir, LibraryDir: f.library, Concurrency: f.llmConcurrency, Worker: host + "/llm-worker",
-			LLM: llmworker.ClientDefaults{DefaultBaseURL: llmURL, Timeout: f.llmTimeout, MaxRetries: f.llmRetries,
+			LLM: llmworker.ClientDefaults{DefaultBaseURL: llmURL, CAFile: f.llmCA, Timeout: f.llmTimeout, MaxRetries: f.llmRetries,
 				NoTemperature: f.llmNoTemperature, UseMaxCompletionTokens: f.llmMaxCompletion},
 			Debugger: llmworker.DebuggerConfig{BaseURL: f.debuggerURL, Model: f.debuggerModel, APIKeyEnv: f.debuggerKeyEnv},
 		}, log.With("service", "llm-worker"))

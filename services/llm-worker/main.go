@@ -37,6 +37,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	tasksDir := fs.String("tasks-dir", "", "upstream MedAgentGym task folder")
 	conc := fs.Int("concurrency", 32, "episode steps at once")
 	llmURL := fs.String("llm-url", getenv("MEDGYM_LLM_URL"), "default OpenAI-compatible base URL (env MEDGYM_LLM_URL); user:password@ in it stays in this process (run specs carry the URL without it); API keys come from the spec's api_key_env variable or its _FILE")
+	llmCA := fs.String("llm-ca", getenv("MEDGYM_LLM_CA"), "PEM file of a private CA trusted for https:// model endpoints, besides the system's (env MEDGYM_LLM_CA)")
 	timeout := fs.Duration("llm-timeout", 5*time.Minute, "timeout of one model request")
 	retries := fs.Int("llm-retries", 4, "retries of a failing model request (0: none)")
 	maxConc := fs.Int("llm-max-concurrent", 8, "requests in flight per endpoint")
@@ -67,7 +68,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	defer conn.Close()
 	return service.Run(ctx, conn, service.Config{Metrics: metrics, AckWait: *ackWait,
 		DataRoot: *data, TasksDir: *tasksDir, LibraryDir: *library, Concurrency: *conc, Worker: *name, SystemAsUser: *systemAsUser,
-		LLM: service.ClientDefaults{DefaultBaseURL: *llmURL, Timeout: *timeout, MaxRetries: *retries, MaxConcurrent: *maxConc,
+		LLM: service.ClientDefaults{DefaultBaseURL: *llmURL, CAFile: *llmCA, Timeout: *timeout, MaxRetries: *retries, MaxConcurrent: *maxConc,
 			NoTemperature: *noTemp, UseMaxCompletionTokens: *maxCompletion, Getenv: getenv},
 		Debugger: service.DebuggerConfig{BaseURL: *dbgURL, Model: *dbgModel, APIKeyEnv: *dbgKeyEnv},
 	}, log)

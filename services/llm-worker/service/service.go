@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -187,3 +188,8 @@ type ClientDefaults = policy.ClientDefaults
 // DebuggerConfig configures the debug action's model (re-exported for the
 // operator CLI).
 type DebuggerConfig = policy.DebuggerConfig
+
+// HTTPClient returns a client trusting the system's CAs plus those in
+// caFile (nil for an empty caFile), as the worker's model clients do
+// (re-exported for the operator CLI's endpoint check).
+func HTTPClient(caFile string) (*http.Client, error) { return policy.HTTPClient(caFile) }

@@ -2,7 +2,10 @@ package policy
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -26,6 +29,9 @@ type ClientDefaults struct {
 	RequestTokenIDs        bool
 	// DefaultBaseURL is used when a PolicySpec has none.
 	DefaultBaseURL string
+	// CAFile, when set, is a PEM file of CA certificates trusted for
+	// https:// endpoints besides the system's (a private CA).
+	CAFile string
 	// Getenv reads API keys (named by PolicySpec.APIKeyEnv, default
 	// OPENAI_API_KEY, or a file named by that name + "_FILE"; see
 	// schemas.Secret); nil means os.Getenv.
@@ -85,7 +91,11 @@ func (p *OpenAIPool) client(base, model, keyEnv string, tokenIDs bool) (*llm.Cli
 	if retries == 0 {
 		retries = -1 // llm.Config reads 0 as its default
 	}
-	c, err := llm.New(llm.Config{
+	hc, err := HTTPClient(d.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	c, err := llm.New(llm.Config{HTTPClient: hc,
 		BaseURL: base, Model: model, APIKey: apiKey,
 		Timeout: d.Timeout, MaxConcurrent: d.MaxConcurrent, MaxRetries: retries, MaxRetryWait: d.MaxRetryWait,
 		NoTemperature: d.NoTemperature, UseMaxCompletionTokens: d.UseMaxCompletionTokens,
@@ -119,4 +129,26 @@ func (o OpenAI) Complete(ctx context.Context, req schemas.EpisodeRequest, msgs [
 		PromptTokens: c.PromptTokens, CompletionTokens: c.CompletionTokens,
 		PromptTokenIDs: c.PromptTokenIDs, TokenIDs: c.TokenIDs, Logprobs: c.Logprobs, Latency: c.Latency,
 	}, nil
+}
+
+// HTTPClient trusts the system's CAs plus those in caFile; nil (the
+// client's default) when caFile is empty.
+func HTTPClient(caFile string) (*http.Client, error) {
+	if caFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("model endpoint CA: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("model endpoint CA %s: no PEM certificate in it", caFile)
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: t}, nil
 }

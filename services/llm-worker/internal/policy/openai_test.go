@@ -2,9 +2,12 @@ package policy
 
 import (
 	"context"
+	"encoding/pem"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -86,5 +89,39 @@ func TestCredentialsStayWithTheWorker(t *testing.T) {
 	_, _ = pol.Complete(context.Background(), schemas.EpisodeRequest{}, []schemas.ChatMessage{{Role: "user", Content: "hi"}})
 	if got, _ := auth.Load().(string); got != ":|Bearer sk-file" {
 		t.Errorf("request auth %q: want the key from MY_KEY_FILE", got)
+	}
+}
+
+// TestPrivateCAEndpoint (issue 13 item 10): an https:// model endpoint
+// whose certificate a private CA signed is reached with CAFile (--llm-ca)
+// and refused without it.
+func TestPrivateCAEndpoint(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":[{"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`)
+	}))
+	defer srv.Close()
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ask := func(caFile string) error {
+		pool := &OpenAIPool{Defaults: ClientDefaults{DefaultBaseURL: srv.URL + "/v1", CAFile: caFile, MaxRetries: -1,
+			Getenv: func(string) string { return "" }}}
+		pol, err := pool.Policy(schemas.PolicySpec{Name: schemas.PolicyOpenAI, Model: "m"})
+		if err != nil {
+			return err
+		}
+		_, err = pol.Complete(context.Background(), schemas.EpisodeRequest{}, []schemas.ChatMessage{{Role: "user", Content: "hi"}})
+		return err
+	}
+	if err := ask(ca); err != nil {
+		t.Fatalf("with the CA: %v", err)
+	}
+	if err := ask(""); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("without the CA: %v, want a certificate error", err)
+	}
+	if err := ask(filepath.Join(t.TempDir(), "missing.pem")); err == nil {
+		t.Error("a missing CA file is not an error")
 	}
 }
