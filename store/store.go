@@ -39,6 +39,9 @@ type Options struct {
 	SecretKey string
 	// Region defaults to us-east-1.
 	Region string
+	// CAFile is a PEM file of CA certificates trusted for an HTTPS endpoint
+	// besides the system's (default $AWS_CA_BUNDLE, as the AWS CLI reads it).
+	CAFile string
 	UseSSL bool
 	// MaxRetries bounds minio-go's retries of one request (0: 3). Keep it
 	// small: a caller that cannot write naks its messages and JetStream
@@ -68,6 +71,7 @@ func (o Options) withEnv(getenv func(string) string) (Options, error) {
 		return o, fmt.Errorf("s3 credentials: %w", err)
 	}
 	fill(&o.Region, "AWS_REGION")
+	fill(&o.CAFile, "AWS_CA_BUNDLE")
 	if o.Region == "" {
 		o.Region = "us-east-1"
 	}
