@@ -40,6 +40,11 @@ func TestQueryIsLockedDown(t *testing.T) {
 	if _, rows, err := query.Query(ctx, dir, "DESCRIBE trajectories"); err != nil || len(rows) < 10 {
 		t.Fatalf("positive control (DESCRIBE): %d rows, %v", len(rows), err)
 	}
+	// A relative store path (the CLI's default is "runs") is allowed too.
+	t.Chdir(filepath.Dir(dir))
+	if _, rows, err := query.Query(ctx, filepath.Base(dir), "SELECT count(*) FROM trajectories"); err != nil || len(rows) != 1 {
+		t.Fatalf("positive control (relative store path): %v %v", rows, err)
+	}
 	for name, q := range map[string]string{
 		"read_csv elsewhere":       "SELECT * FROM read_csv(" + sq(secret) + ")",
 		"bare file elsewhere":      "SELECT * FROM " + sq(secret),
