@@ -37,23 +37,7 @@ func TestLargeOutputsKeepEveryTurn(t *testing.T) {
 	defer cancel()
 	f := baseFlags(t)
 	ts := medcalcTasks(t, ctx, f.data)
-	ns, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), MaxPayload: 256 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	logger := newLogger(io.Discard, "error")
-	conn, err := bus.Connect(ctx, ns.ClientURL(), "test", logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	svcCtx, stop := context.WithCancel(ctx)
-	wait := startServices(svcCtx, conn, &f.serviceFlags, "", logger)
-	defer func() { stop(); _ = wait() }()
+	url, _ := startCluster(t, ctx, f.serviceFlags, 256<<10)
 
 	// Sizes of stdout per turn, newline included: at the stored cap, at the
 	// sandbox's 256 KiB cap, then above both.
@@ -66,7 +50,7 @@ func TestLargeOutputsKeepEveryTurn(t *testing.T) {
 	}
 	llm := httptest.NewServer(fakellm.New(fakellm.Config{Script: script, Seed: 1}))
 	defer llm.Close()
-	f.nats, f.policy, f.llmURL, f.model, f.runID = ns.ClientURL(), "openai", llm.URL+"/v1", fakellm.DefaultModel, "big-output"
+	f.nats, f.policy, f.llmURL, f.model, f.runID = url, "openai", llm.URL+"/v1", fakellm.DefaultModel, "big-output"
 	f.taskIDs, f.maxTurns = ts[0].View.ID, len(sizes)
 	spec, err := f.spec()
 	if err != nil {
@@ -230,12 +214,12 @@ func TestLLMCredentialsNeverPersisted(t *testing.T) {
 	}
 }
 
-// startCluster starts an embedded server and every service (as `medgym
-// serve` does) with the given flags; it returns the URL and a function that
+// startCluster starts an embedded server (maxPayload 0: its default) and
+// every service (as `medgym serve` does) with the given flags; it returns the URL and a function that
 // waits for the services to stop on their own and returns their error.
-func startCluster(t *testing.T, ctx context.Context, sf serviceFlags) (url string, wait func() error) {
+func startCluster(t *testing.T, ctx context.Context, sf serviceFlags, maxPayload int32) (url string, wait func() error) {
 	t.Helper()
-	ns, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
+	ns, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), MaxPayload: maxPayload})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +257,7 @@ func TestRunOverNATSFindsTheVerifierStore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	svc := baseFlags(t)
-	url, _ := startCluster(t, ctx, svc.serviceFlags) // its verifier writes to svc.store
+	url, _ := startCluster(t, ctx, svc.serviceFlags, 0) // its verifier writes to svc.store
 
 	f := baseFlags(t) // a different, default-looking store
 	f.nats, f.runID, f.limit = url, "over-nats", 3
@@ -336,7 +320,7 @@ func TestUnwritableStoreFailsFast(t *testing.T) {
 
 	svc := baseFlags(t)
 	svc.store = bad
-	_, wait := startCluster(t, ctx, svc.serviceFlags)
+	_, wait := startCluster(t, ctx, svc.serviceFlags, 0)
 	if err := wait(); err == nil || !strings.Contains(err.Error(), "verifier") || !strings.Contains(err.Error(), "not writable") {
 		t.Fatalf("services on an unwritable store: %v, want the verifier to refuse", err)
 	}
