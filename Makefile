@@ -29,7 +29,8 @@ build:
 	go build -o $(BIN)/medgym ./cmd/medgym
 	@for s in $(SERVICES); do go build -o $(BIN)/$$s ./services/$$s || exit 1; done
 
-## library: generate the task library (EHR databases, biostat, power tasks) from ../shared/data
+## library: generate the task library (EHR databases, biostat, power tasks) from ../shared/data into
+## build/library/agent (what the sandbox mounts) and build/library/verifier (task files, truths); see docs/adr/0008
 library: build
 	$(BIN)/medgym tasks generate
 

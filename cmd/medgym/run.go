@@ -265,6 +265,11 @@ func preflight(ctx context.Context, spec schemas.RunSpec, f *runFlags) error {
 		if len(ts) == 0 {
 			return fmt.Errorf("dataset %s has no %s tasks (try --split test)", ds, spec.Split)
 		}
+		if spec.Policy.Name == schemas.PolicyReference {
+			if err := haveReferences(ds, ts, f.tasksDir != "" || spec.TasksDir != ""); err != nil {
+				return err
+			}
+		}
 		for _, t := range ts {
 			if (len(spec.Categories) == 0 || slices.Contains(spec.Categories, t.View.Category)) &&
 				(len(spec.TaskIDs) == 0 || slices.Contains(spec.TaskIDs, t.View.ID)) {
@@ -312,6 +317,24 @@ func preflight(ctx context.Context, spec schemas.RunSpec, f *runFlags) error {
 		_ = resp.Body.Close()
 	}
 	return nil
+}
+
+// haveReferences refuses a reference-policy run over tasks without a
+// reference solution: every such episode would end as infra_failure.
+func haveReferences(ds string, ts []tasks.Task, upstream bool) error {
+	missing := 0
+	for i := range ts {
+		if ts[i].Reference == "" {
+			missing++
+		}
+	}
+	switch {
+	case missing == 0:
+		return nil
+	case upstream:
+		return fmt.Errorf("--policy reference cannot play --tasks-dir tasks: upstream MedAgentGym task files carry no reference solutions (%d of %d %s tasks have none); use --policy openai", missing, len(ts), ds)
+	}
+	return fmt.Errorf("--policy reference: %d of %d %s tasks have no reference solution", missing, len(ts), ds)
 }
 
 // runSpec submits spec and follows it to completion; without --nats it

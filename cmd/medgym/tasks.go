@@ -18,7 +18,7 @@ import (
 
 func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: medgym tasks stats|show|list|verify|generate|reference-outputs [flags]")
+		return fmt.Errorf("usage: medgym tasks stats|show|list|verify|generate|reference-outputs|stage-upstream [flags]")
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
@@ -26,6 +26,8 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return cmdTasksVerify(ctx, args, stdout, stderr)
 	case "generate":
 		return cmdTasksGenerate(ctx, args, stdout, stderr)
+	case "stage-upstream":
+		return cmdTasksStageUpstream(args, stdout, stderr)
 	case "reference-outputs":
 		return cmdTasksReferenceOutputs(ctx, args, stdout, stderr)
 	}
@@ -301,7 +303,33 @@ func cmdTasksGenerate(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := tasks.Generate(ctx, *data, *library, splitList(*datasets)); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "task library written to %s\n", *library)
+	h, err := tasks.LibraryHashes(*library)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "task library written to %s\n  agent tree    %s  %s (the sandbox-worker's --agent-tree)\n  verifier tree %s  %s\n",
+		*library, tasks.AgentTree(*library), h.Agent, tasks.VerifierTree(*library), h.Verifier)
+	return nil
+}
+
+// cmdTasksStageUpstream writes the agent view of an upstream task folder:
+// its data without the task files, for a sandbox-worker's --agent-tree.
+func cmdTasksStageUpstream(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tasks stage-upstream", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	tasksDir := fs.String("tasks-dir", "", "upstream MedAgentGym task folder")
+	out := fs.String("out", "", "directory to write the agent view to (replaced; outside the task folder)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *tasksDir == "" || *out == "" {
+		return fmt.Errorf("usage: medgym tasks stage-upstream --tasks-dir DIR --out DIR")
+	}
+	h, err := tasks.StageUpstream(*tasksDir, *out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "agent view of %s written to %s\n  agent tree    %s\n  verifier tree %s (the task files, left in %s)\n", *tasksDir, *out, h.Agent, h.Verifier, *tasksDir)
 	return nil
 }
 

@@ -76,6 +76,8 @@ const (
 	colCompletionTokens
 	colMessages
 	colTurns
+	colAgentTreeHash
+	colVerifierTreeHash
 	numCols
 )
 
@@ -109,6 +111,8 @@ var schema = arrow.NewSchema([]arrow.Field{
 	colCompletionTokens: {Name: "completion_tokens", Type: arrow.PrimitiveTypes.Int64},
 	colMessages:         {Name: "messages", Type: arrow.ListOfNonNullable(messageType)},
 	colTurns:            {Name: "turns", Type: arrow.ListOfNonNullable(turnType)},
+	colAgentTreeHash:    str("agent_tree_hash"),
+	colVerifierTreeHash: str("verifier_tree_hash"),
 }, func() *arrow.Metadata {
 	m := arrow.NewMetadata([]string{MetadataVersionKey}, []string{SchemaVersion})
 	return &m
@@ -184,6 +188,8 @@ func appendRow(b *array.RecordBuilder, r *Row) {
 	lb := b.Field(colTurns).(*array.ListBuilder)
 	lb.Append(true)
 	appendTurns(lb.ValueBuilder().(*array.StructBuilder), r.Turns)
+	s(colAgentTreeHash, r.AgentTreeHash)
+	s(colVerifierTreeHash, r.VerifierTreeHash)
 }
 
 func appendTurns(sb *array.StructBuilder, turns []Turn) {
@@ -306,6 +312,10 @@ func readColumn(c int, a arrow.Array, rows []Row) error {
 		return readMessages(a, rows)
 	case colTurns:
 		return readTurns(a, rows)
+	case colAgentTreeHash: // absent from files before schema version 3
+		return readStrings(a, rows, func(r *Row, v string) { r.AgentTreeHash = v })
+	case colVerifierTreeHash:
+		return readStrings(a, rows, func(r *Row, v string) { r.VerifierTreeHash = v })
 	}
 	return nil
 }
@@ -533,7 +543,7 @@ func readTurns(a arrow.Array, rows []Row) error {
 	if structField(sa, "files_json") != nil { // absent from schema version 1 files
 		add(turnString(sa, "files_json", func(t *Turn, v string) { t.FilesJSON = v }))
 	}
-	// Absent from files before schema version 3: the sizes read as 0.
+	// Absent from files before schema version 4: the sizes read as 0.
 	for name, set := range map[string]func(*Turn, int64){
 		"stdout_bytes":      func(t *Turn, v int64) { t.StdoutBytes = v },
 		"stderr_bytes":      func(t *Turn, v int64) { t.StderrBytes = v },

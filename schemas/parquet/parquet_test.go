@@ -66,10 +66,12 @@ func sampleResult() (schemas.EpisodeResult, schemas.Score) {
 	return res, sc
 }
 
+var sampleHashes = schemas.TreeHashes{Agent: "sha256:aa", Verifier: "sha256:vv"}
+
 func TestFromEpisode(t *testing.T) {
 	t.Parallel()
 	res, sc := sampleResult()
-	r := parquet.FromEpisode(res, sc, "strict")
+	r := parquet.FromEpisode(res, sc, "strict", sampleHashes)
 	if r.RunID != "run-1" || r.EpisodeID != "ep-7" || r.TaskID != "mimic-42" || r.Dataset != "mimic_iii" ||
 		r.Category != "ehr" || r.Split != "test" || r.SampleIndex != 3 || r.Attempt != 1 || r.Policy != "openai" ||
 		r.Model != "qwen" || r.PolicyVersion != 5 || r.Outcome != "correct" || r.Reward != 1 ||
@@ -96,12 +98,15 @@ func TestFromEpisode(t *testing.T) {
 	if r.Turns[0].FilesJSON != `{"predictions.csv":"id,prediction\n1,0\n"}` || r.Turns[1].FilesJSON != "" {
 		t.Errorf("files_json: %q / %q", r.Turns[0].FilesJSON, r.Turns[1].FilesJSON)
 	}
+	if r.AgentTreeHash != "sha256:aa" || r.VerifierTreeHash != "sha256:vv" {
+		t.Errorf("tree hashes: %q / %q", r.AgentTreeHash, r.VerifierTreeHash)
+	}
 }
 
 func TestWriteReadRoundTrip(t *testing.T) {
 	t.Parallel()
 	res, sc := sampleResult()
-	full := parquet.FromEpisode(res, sc, "strict")
+	full := parquet.FromEpisode(res, sc, "strict", sampleHashes)
 	// A row with nulls and empty lists: no temperature, no turns, no messages.
 	empty := parquet.Row{RunID: "run-1", EpisodeID: "ep-8", Dataset: "mimic_iii", Outcome: "infra_failure",
 		Error: "endpoint down", SchemaVersion: parquet.SchemaVersion}
@@ -147,7 +152,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
 	res, sc := sampleResult()
-	rows := []parquet.Row{parquet.FromEpisode(res, sc, "upstream")}
+	rows := []parquet.Row{parquet.FromEpisode(res, sc, "upstream", sampleHashes)}
 	rec := parquet.NewRecord(mem, rows)
 	defer rec.Release()
 	if rec.NumRows() != 1 || rec.NumCols() != int64(len(parquet.Schema().Fields())) {
@@ -200,5 +205,30 @@ func TestRowsFromRecordByName(t *testing.T) {
 	defer brec.Release()
 	if _, err := parquet.RowsFromRecord(brec); err == nil {
 		t.Error("a string reward column converted without error")
+	}
+}
+
+// A version-2 file (no tree hash columns) reads back with empty hashes and
+// every other field intact.
+func TestVersion2RowsReadWithoutHashes(t *testing.T) {
+	t.Parallel()
+	res, sc := sampleResult()
+	row := parquet.FromEpisode(res, sc, "strict", sampleHashes)
+	rec := parquet.NewRecord(memory.NewGoAllocator(), []parquet.Row{row})
+	defer rec.Release()
+	n := int(rec.NumCols()) - 2
+	if rec.Schema().Field(n).Name != "agent_tree_hash" || rec.Schema().Field(n+1).Name != "verifier_tree_hash" {
+		t.Fatalf("the hash columns are not the last two: %v", rec.Schema())
+	}
+	v2 := array.NewRecordBatch(arrow.NewSchema(rec.Schema().Fields()[:n], nil), rec.Columns()[:n], rec.NumRows())
+	defer v2.Release()
+	rows, err := parquet.RowsFromRecord(v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := row
+	want.AgentTreeHash, want.VerifierTreeHash = "", ""
+	if len(rows) != 1 || !reflect.DeepEqual(rows[0], want) {
+		t.Fatalf("version-2 row read back as %+v, want %+v", rows, want)
 	}
 }

@@ -51,6 +51,9 @@ type Options struct {
 	EpisodeOptions *schemas.EpisodeOptions
 	// Concurrency is the number of episodes replayed at once (< 1: 1).
 	Concurrency int
+	// Hashes are the task trees replayed with, recorded in the rescored
+	// rows (the recorded rows keep theirs).
+	Hashes schemas.TreeHashes
 }
 
 // Change is one difference between the record and the replay.
@@ -238,6 +241,7 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 		change(-1, "reward", fmtFloat(row.Reward), fmtFloat(reward))
 	}
 	ep.Rescored = rescored(row, turns, outcome, reward, verdict, mode)
+	ep.Rescored.AgentTreeHash, ep.Rescored.VerifierTreeHash = opt.Hashes.Agent, opt.Hashes.Verifier
 	return ep
 }
 

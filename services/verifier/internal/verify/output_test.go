@@ -43,7 +43,7 @@ func TestProgramOutput(t *testing.T) {
 		{"failed reference", truth("Traceback", "failed"), run("Traceback"), false, true, "does not run cleanly"},
 	}
 	for _, c := range cases {
-		s := CheckOutput(Strict, "biocoder", c.truth, c.res)
+		s := checkOutput(Strict, "biocoder", c.truth, c.res) // the detailed verdict
 		if s.Accepted != c.strict || !strings.Contains(s.Verdict, c.want) {
 			t.Errorf("%s: strict %v %q, want %v and %q", c.name, s.Accepted, s.Verdict, c.strict, c.want)
 		}

@@ -66,7 +66,7 @@ func classify(mode Mode, truth tasks.Truth, res schemas.EpisodeResult) (schemas.
 		if !ok {
 			return schemas.OutcomeIncorrect, "accepted by the worker, but the episode has no code execution to re-check"
 		}
-		c := CheckOutput(mode, dataset, truth, execOf(turn))
+		c := checkOutput(mode, dataset, truth, execOf(turn))
 		if c.Accepted {
 			return schemas.OutcomeCorrect, fmt.Sprintf("turn %d re-checked: %s", turn.Index, c.Verdict)
 		}
