@@ -9,6 +9,7 @@ import (
 
 	"github.com/medgym/medgym/cmd/medgym/internal/report"
 	"github.com/medgym/medgym/store"
+	"github.com/medgym/medgym/tasks"
 )
 
 // cmdReport writes the Markdown report and SVG charts of one stored run.
@@ -44,7 +45,8 @@ func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(rows) == 0 {
 		return fmt.Errorf("report: store %s holds no episodes of run %s", st, *runID)
 	}
-	r := report.Build(*runID, rows, report.Options{PriceIn: *priceIn, PriceOut: *priceOut})
+	r := report.Build(*runID, rows, report.Options{PriceIn: *priceIn, PriceOut: *priceOut,
+		Abstention: []string{tasks.EHRSQL2024Dataset}})
 	paths, err := report.Write(*out, r)
 	if err != nil {
 		return err

@@ -217,8 +217,9 @@ type runResult struct {
 	Elapsed  time.Duration
 }
 
-// scoredRate renders "62.5% of 8 scored", plus ", 7 infra_failure not
-// scored" when any episode failed for infrastructure reasons.
+// scoredRate renders "62.5% of 8 scored" (correct: the solved episodes),
+// plus ", 7 infra_failure not scored" when any episode failed for
+// infrastructure reasons.
 func scoredRate(correct, scored, infra int) string {
 	rate := 0.0
 	if scored > 0 {
@@ -231,12 +232,24 @@ func scoredRate(correct, scored, infra int) string {
 	return s
 }
 
+// solved counts the episodes that reached their task's correct outcome
+// (a correct answer or a correct abstention).
+func solved(outcomes map[schemas.Outcome]int) int {
+	n := 0
+	for o, c := range outcomes {
+		if o.Solved() {
+			n += c
+		}
+	}
+	return n
+}
+
 // printSummary prints the run's line. The success rate is of the scored
 // episodes: infra failures are never the model's, so they are left out of
 // it and counted next to it, where they cannot be missed.
 func printSummary(w io.Writer, r runResult) {
 	infra := r.Outcomes[schemas.OutcomeInfraFailure]
-	fmt.Fprintf(w, "run %s: %d episodes, success %s (%d correct", r.RunID, r.Total, scoredRate(r.Outcomes[schemas.OutcomeCorrect], r.Total-infra, infra), r.Outcomes[schemas.OutcomeCorrect])
+	fmt.Fprintf(w, "run %s: %d episodes, success %s (%d correct", r.RunID, r.Total, scoredRate(solved(r.Outcomes), r.Total-infra, infra), r.Outcomes[schemas.OutcomeCorrect])
 	keys := make([]string, 0, len(r.Outcomes))
 	for k := range r.Outcomes {
 		if k != schemas.OutcomeCorrect {
@@ -628,5 +641,5 @@ func progress(w io.Writer, st schemas.RunStatus, done int, outcomes map[schemas.
 		lead, end = "", "\n"
 	}
 	fmt.Fprintf(w, "%s%d/%d done, %d in flight, success %s, %.1f episodes/min, ETA %s%s",
-		lead, done, st.Total, max(0, st.Published-done), scoredRate(outcomes[schemas.OutcomeCorrect], done-infra, infra), perMin, eta, end)
+		lead, done, st.Total, max(0, st.Published-done), scoredRate(solved(outcomes), done-infra, infra), perMin, eta, end)
 }
