@@ -23,5 +23,5 @@
 // the Medgym-Blob header; Handle resolves it before decoding, and
 // Conn.Payload does for code that reads a stream directly. StateKV does the
 // same for key-value values (episode state). See blob.go and
-// docs/adr/0005-payload-offload.md.
+// docs/adr/0010-payload-offload.md.
 package bus
