@@ -102,13 +102,6 @@ func (a Auth) options() ([]nats.Option, error) {
 	return nil, nil
 }
 
-// ConnectOption tunes Connect.
-type ConnectOption func(*connectConfig)
-
-type connectConfig struct {
-	auth Auth
-}
-
 // WithAuth authenticates with a (see AuthFromEnv).
 func WithAuth(a Auth) ConnectOption { return func(c *connectConfig) { c.auth = a } }
 

@@ -43,4 +43,11 @@
 // MEDGYM_NATS_* variables (a creds file, an nkey seed file, or a user and a
 // password or password file), never from the command line. SECURITY.md and
 // deploy/nats say which user may publish what.
+//
+// Payload size: a payload over the server's max_payload (less headroom) is
+// put in the MEDGYM_BLOBS object store, and the message carries its name in
+// the Medgym-Blob header; Handle resolves it before decoding, and
+// Conn.Payload does for code that reads a stream directly. StateKV does the
+// same for key-value values (episode state). See blob.go and
+// docs/adr/0010-payload-offload.md.
 package bus

@@ -80,7 +80,7 @@ func Handle[In schemas.Validator](rt *Router, name string, o HandlerOptions, h f
 		}
 		start := time.Now()
 		err := rt.call(msg, o.AckWait, func(ctx context.Context) error {
-			in, err := decode[In](msg.Payload)
+			in, err := decode[In](payloadOf(msg))
 			if err != nil {
 				return err
 			}
@@ -94,6 +94,7 @@ func Handle[In schemas.Validator](rt *Router, name string, o HandlerOptions, h f
 	}
 	for i := range o.Concurrency {
 		sub := newSubscriber(cons, rt.log, backoff{max: 30 * time.Second}.WaitTime)
+		sub.payload = rt.conn.Payload
 		rt.r.AddConsumerHandler(fmt.Sprintf("%s-%d", name, i), o.Subject.Wildcard(), sub, hf)
 	}
 	return nil

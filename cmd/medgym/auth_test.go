@@ -218,7 +218,7 @@ func TestDeployNATSAuth(t *testing.T) {
 		}
 	}
 	// Every service may use the blob object store that carries payloads over
-	// max_payload (the limits branch's MEDGYM_BLOBS): put, read back,
+	// max_payload (MEDGYM_BLOBS, ADR 10): put, read back,
 	// overwrite, delete.
 	if _, err := conns["admin"].JS.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "MEDGYM_BLOBS"}); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/schemas"
 )
 
 // cmdServe runs every service in one process against an external server.
@@ -21,12 +22,15 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if err := f.validate(); err != nil {
+		return err
+	}
 	log := newLogger(stderr, f.logLevel)
 	auth, err := bus.AuthFromEnv(os.Getenv)
 	if err != nil {
 		return err
 	}
-	conn, err := bus.Connect(ctx, *nats, "medgym-serve", log, bus.WithAuth(auth))
+	conn, err := bus.Connect(ctx, *nats, "medgym-serve", log, bus.WithTLS(f.natsTLS), bus.WithAuth(auth))
 	if err != nil {
 		return err
 	}
@@ -34,6 +38,6 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
 		return err
 	}
-	fmt.Fprintln(stderr, "medgym serve: dispatcher, llm-worker, sandbox-worker and verifier on", *nats)
+	fmt.Fprintln(stderr, "medgym serve: dispatcher, llm-worker, sandbox-worker and verifier on", schemas.RedactURL(*nats))
 	return startServices(ctx, conn, &f, *llmURL, log)()
 }

@@ -50,7 +50,7 @@ func sampleResult() (schemas.EpisodeResult, schemas.Score) {
 		Turns: []schemas.Turn{
 			{Index: 0, RawText: "r0", Reasoning: "think", FinishReason: "stop", ActionName: "validate_code",
 				ParamsJSON: `{"code":"print(1)"}`, Observation: "1\n", ExecStatus: "ok", ExitCode: 0, Files: map[string]string{"predictions.csv": "id,prediction\n1,0\n"},
-				Stdout: "1\n", Stderr: "warn", Truncated: true, Accepted: true, DurationMS: 120, LLMLatencyMS: 900,
+				Stdout: "1\n", Stderr: "warn", Truncated: true, StdoutBytes: 300_000, StderrBytes: 4, ObservationBytes: 300_004, Accepted: true, DurationMS: 120, LLMLatencyMS: 900,
 				PromptTokens: 100, CompletionTokens: 20, PromptTokenIDs: []int32{1, 2, 3},
 				CompletionTokenIDs: []int32{7, 8}, CompletionLogprobs: []float32{-0.5, -0.25}},
 			{Index: 1, RawText: "garbage", ParseError: "no json", ExitCode: -1, PromptTokens: 130, CompletionTokens: 5},
@@ -91,6 +91,9 @@ func TestFromEpisode(t *testing.T) {
 	if r.Turns[0].Action != "validate_code" || !r.Turns[0].Accepted || r.Turns[1].ParseError != "no json" ||
 		r.Turns[1].PromptTokenIDs != nil {
 		t.Errorf("turns wrong: %+v", r.Turns)
+	}
+	if r.Turns[0].StdoutBytes != 300_000 || r.Turns[0].StderrBytes != 4 || r.Turns[0].ObservationBytes != 300_004 {
+		t.Errorf("full sizes not kept: %+v", r.Turns[0])
 	}
 	if r.Turns[0].FilesJSON != `{"predictions.csv":"id,prediction\n1,0\n"}` || r.Turns[1].FilesJSON != "" {
 		t.Errorf("files_json: %q / %q", r.Turns[0].FilesJSON, r.Turns[1].FilesJSON)

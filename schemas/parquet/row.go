@@ -10,7 +10,7 @@ import (
 // SchemaVersion is the version of the trajectory schema. Bump it on any
 // change to the columns, together with testdata/schema.golden and the table
 // in schemas/README.md.
-const SchemaVersion = "3"
+const SchemaVersion = "4"
 
 // Row is one episode: the Go form of one row of a trajectory file.
 type Row struct {
@@ -86,6 +86,13 @@ type Turn struct {
 	// predictions CSV) as a JSON object name → content; "" when none.
 	// Added in schema version 2.
 	FilesJSON string
+	// StdoutBytes, StderrBytes and ObservationBytes are the full sizes of
+	// Stdout, Stderr and Observation, which are stored capped
+	// (schemas.MaxStoredOutputBytes, with a marker). Added in schema
+	// version 4; 0 in older rows.
+	StdoutBytes      int64
+	StderrBytes      int64
+	ObservationBytes int64
 }
 
 // FromEpisode builds the row of a finished, scored episode. Identity fields
@@ -158,6 +165,9 @@ func FromEpisode(res schemas.EpisodeResult, sc schemas.Score, verifierMode strin
 				CompletionTokenIDs: cloneNonEmpty(t.CompletionTokenIDs),
 				CompletionLogprobs: cloneNonEmpty(t.CompletionLogprobs),
 				FilesJSON:          filesJSON(t.Files),
+				StdoutBytes:        t.StdoutBytes,
+				StderrBytes:        t.StderrBytes,
+				ObservationBytes:   t.ObservationBytes,
 			}
 		}
 	}
