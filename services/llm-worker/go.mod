@@ -3,6 +3,7 @@ module github.com/medgym/medgym/services/llm-worker
 go 1.26.8
 
 require (
+	github.com/medgym/medgym/agent v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/bus v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/schemas v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/tasks v0.0.0-00010101000000-000000000000
@@ -42,6 +43,7 @@ require (
 )
 
 replace (
+	github.com/medgym/medgym/agent => ../../agent
 	github.com/medgym/medgym/bus => ../../bus
 	github.com/medgym/medgym/schemas => ../../schemas
 	github.com/medgym/medgym/tasks => ../../tasks

@@ -44,6 +44,7 @@ require (
 	github.com/klauspost/crc32 v1.3.0 // indirect
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
+	github.com/medgym/medgym/agent v0.0.0-00010101000000-000000000000 // indirect
 	github.com/minio/crc64nvme v1.1.1 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/minio/md5-simd v1.1.2 // indirect
@@ -98,6 +99,7 @@ require (
 )
 
 replace (
+	github.com/medgym/medgym/agent => ../../agent
 	github.com/medgym/medgym/bus => ../../bus
 	github.com/medgym/medgym/schemas => ../../schemas
 	github.com/medgym/medgym/services/dispatcher => ../dispatcher

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/medgym/medgym/agent"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/services/llm-worker/fakellm"
-	"github.com/medgym/medgym/services/llm-worker/internal/agent"
 	"github.com/medgym/medgym/services/llm-worker/internal/llm"
 )
 

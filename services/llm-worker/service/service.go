@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/medgym/medgym/agent/episode"
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/schemas"
-	"github.com/medgym/medgym/services/llm-worker/internal/episode"
 	"github.com/medgym/medgym/services/llm-worker/internal/policy"
 	"github.com/medgym/medgym/tasks"
 )

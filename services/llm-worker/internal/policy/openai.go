@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/medgym/medgym/agent/episode"
 	"github.com/medgym/medgym/schemas"
-	"github.com/medgym/medgym/services/llm-worker/internal/episode"
 	"github.com/medgym/medgym/services/llm-worker/internal/llm"
 )
 

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/medgym/medgym/agent/episode"
 	"github.com/medgym/medgym/schemas"
-	"github.com/medgym/medgym/services/llm-worker/internal/episode"
 )
 
 // ReferenceModel is the model name recorded for reference-policy episodes.

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/medgym/medgym/agent"
 	"github.com/medgym/medgym/schemas"
-	"github.com/medgym/medgym/services/llm-worker/internal/agent"
 )
 
 // Completion is one policy reply.

@@ -1,4 +1,5 @@
-// Package episode is the llm-worker's episode loop as plain functions over
+// Package episode is the agent protocol's episode loop (driven by the
+// llm-worker over the bus, and by the environment server over HTTP) as plain functions over
 // state: Start builds the prompt and takes the first policy step; Continue
 // folds in an observation and takes the next. Each returns the new
 // schemas.EpisodeState and what to publish next (an action for a sandbox

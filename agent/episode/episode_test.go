@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/medgym/medgym/agent/episode"
 	"github.com/medgym/medgym/schemas"
-	"github.com/medgym/medgym/services/llm-worker/internal/episode"
 )
 
 // script is a policy that replies with its entries in order: the reply to a

@@ -47,7 +47,7 @@ var upstreamFixes = map[string]string{
 // joined by "or", upstream's closing rules), no answer action; the first
 // user message is the goal plus only the documented fixes.
 func TestUpstreamPromptGolden(t *testing.T) {
-	dir := filepath.Join("..", "..", "..", "..", "tasks", "testdata", "upstream")
+	dir := filepath.Join("..", "tasks", "testdata", "upstream")
 	for _, ds := range tasks.UpstreamDatasets() {
 		t.Run(ds, func(t *testing.T) {
 			ts, err := tasks.LoadUpstream(t.Context(), tasks.Source{Dataset: ds, Split: "test", TasksDir: dir})

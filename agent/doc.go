@@ -1,5 +1,6 @@
-// Package agent is the policy-side text contract of the llm-worker: it builds
-// the chat prompt for a task (upstream MedAgentGym's structure, with the
+// Package agent is the agent protocol, the policy-side text contract shared by
+// everything that drives a model through a task (the llm-worker, the
+// environment server): it builds the chat prompt for a task (upstream MedAgentGym's structure, with the
 // action count and the data location right) and parses a model's reply into
 // a schemas.Action.
 //
@@ -11,5 +12,7 @@
 // are removed before any object is searched for, so braces in reasoning never
 // break parsing (upstream slices braces first).
 //
-// Everything here is a pure function: no I/O, no logging.
+// Everything here is a pure function: no I/O, no logging. There is exactly
+// one prompt builder and one action parser in medgym, and they are here; the
+// episode state machine that uses them is agent/episode.
 package agent
