@@ -1,24 +1,21 @@
-package service
+package dispatch
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
-
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/medgym/medgym/services/dispatcher/internal/dispatch"
 )
 
 // completions records which planned episodes of a run are scored, as a
-// bitmap in chunks (see dispatch.ChunkBits) in the completions bucket.
-// Setting a bit is a compare-and-set on its chunk, so two dispatchers
-// marking episodes of the same chunk never lose one, and an episode is
-// counted once however often its score arrives.
-type completions struct{ kv jetstream.KeyValue }
+// bitmap in chunks (see ChunkBits) in the episode store. Setting a bit is a
+// compare-and-set on its chunk, so two dispatchers marking episodes of the
+// same chunk never lose one, and an episode is counted once however often
+// its score arrives.
+type completions struct{ store EpisodeStore }
 
-func chunkKey(run string, c int) string { return run + "." + strconv.Itoa(c) }
+// ChunkKey names chunk c of run's completion bitmap in the episode store.
+func ChunkKey(run string, c int) string { return run + "." + strconv.Itoa(c) }
 
 // casTries bounds the compare-and-set attempts of one mark; more conflicts
 // than that return an error, and JetStream redelivers the score later.
@@ -27,30 +24,25 @@ const casTries = 16
 // mark records episode i of run as scored and reports whether it was not
 // recorded before.
 func (c completions) mark(ctx context.Context, run string, i int) (bool, error) {
-	key := chunkKey(run, i/dispatch.ChunkBits)
+	key := ChunkKey(run, i/ChunkBits)
 	for range casTries {
-		var (
-			chunk []byte
-			rev   uint64
-		)
-		e, err := c.kv.Get(ctx, key)
+		chunk, rev, err := c.store.Get(ctx, key)
 		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case errors.Is(err, ErrNotFound):
+			chunk, rev = nil, 0
 		case err != nil:
 			return false, fmt.Errorf("read completions %s: %w", key, err)
-		default:
-			chunk, rev = e.Value(), e.Revision()
 		}
-		chunk, fresh := dispatch.Mark(chunk, i)
+		chunk, fresh := Mark(chunk, i)
 		if !fresh {
 			return false, nil
 		}
 		if rev == 0 {
-			_, err = c.kv.Create(ctx, key, chunk)
+			_, err = c.store.Create(ctx, key, chunk)
 		} else {
-			_, err = c.kv.Update(ctx, key, chunk, rev)
+			_, err = c.store.Update(ctx, key, chunk, rev)
 		}
-		if errors.Is(err, jetstream.ErrKeyExists) {
+		if errors.Is(err, ErrConflict) {
 			continue // another score of this chunk got there first: re-read
 		}
 		if err != nil {
@@ -70,7 +62,7 @@ type progress struct {
 }
 
 func newProgress(n int) *progress {
-	p := &progress{n: n, full: make([]int, dispatch.Chunks(n))}
+	p := &progress{n: n, full: make([]int, Chunks(n))}
 	for i := range p.full {
 		p.full[i] = -1
 	}
@@ -81,7 +73,7 @@ func newProgress(n int) *progress {
 func (p *progress) count(ctx context.Context, c completions, run string, published int) (int, error) {
 	done := 0
 	for ch := range p.full {
-		lo := ch * dispatch.ChunkBits
+		lo := ch * ChunkBits
 		if lo >= published {
 			break
 		}
@@ -89,18 +81,18 @@ func (p *progress) count(ctx context.Context, c completions, run string, publish
 			done += min(p.full[ch], published-lo) // every bit is set
 			continue
 		}
-		e, err := c.kv.Get(ctx, chunkKey(run, ch))
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
+		chunk, _, err := c.store.Get(ctx, ChunkKey(run, ch))
+		if errors.Is(err, ErrNotFound) {
 			continue
 		}
 		if err != nil {
 			return 0, fmt.Errorf("read completions of run %s: %w", run, err)
 		}
-		all := dispatch.ChunkLen(p.n, ch)
-		if n := dispatch.Count(e.Value(), all); n == all {
+		all := ChunkLen(p.n, ch)
+		if n := Count(chunk, all); n == all {
 			p.full[ch] = n
 		}
-		done += dispatch.Count(e.Value(), min(all, published-lo))
+		done += Count(chunk, min(all, published-lo))
 	}
 	return done, nil
 }

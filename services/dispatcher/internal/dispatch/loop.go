@@ -1,4 +1,4 @@
-package service
+package dispatch
 
 import (
 	"context"
@@ -6,22 +6,19 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/schemas"
 )
 
-// maxRetryWait caps the wait between a loop's attempts while NATS is
-// unreachable; the loop itself never gives up.
+// maxRetryWait caps the wait between a loop's attempts while the stores
+// are unreachable; the loop itself never gives up.
 const maxRetryWait = 5 * time.Second
 
 // loop is a run's admission control: publish while fewer than MaxInFlight
 // published episodes are unscored; finish when every planned episode is
 // published and scored, or when the run is cancelled. The scored episodes
 // are the bits set in the completions bucket, so only validated, distinct,
-// planned episode ids count (see scored). A failing NATS operation (the
-// server is down or restarting) is retried with a backoff, forever: the
+// planned episode ids count (see Scored). A failing store or publish (the
+// NATS server is down or restarting) is retried with a backoff, forever: the
 // loop ends only when the run is finished or the service stops.
 func (d *Dispatcher) loop(ctx context.Context, stop <-chan struct{}, rs *runState) {
 	p := rs.plan
@@ -44,7 +41,7 @@ func (d *Dispatcher) loop(ctx context.Context, stop <-chan struct{}, rs *runStat
 			continue // another writer moved the status on: re-read now
 		case err != nil:
 			if failing == nil {
-				d.log.Warn("run loop: NATS operation failed; retrying until it succeeds", "run", run, "err", err)
+				d.deps.Log.Warn("run loop: a store or publish failed; retrying until it succeeds", "run", run, "err", err)
 			}
 			failing = err
 			failures++
@@ -57,7 +54,7 @@ func (d *Dispatcher) loop(ctx context.Context, stop <-chan struct{}, rs *runStat
 			continue
 		}
 		if failing != nil {
-			d.log.Info("run loop: NATS reachable again", "run", run, "failed_attempts", failures)
+			d.deps.Log.Info("run loop: stores reachable again", "run", run, "failed_attempts", failures)
 			failing, failures = nil, 0
 		}
 		select {
@@ -80,8 +77,8 @@ func (d *Dispatcher) step(ctx context.Context, rs *runState, prog *progress, max
 	p := rs.plan
 	run := p.Spec.RunID
 	st, rev, err := d.status(ctx, run)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		d.log.Error("run status deleted: run loop stops", "run", run)
+	if errors.Is(err, ErrNotFound) {
+		d.deps.Log.Error("run status deleted: run loop stops", "run", run)
 		return errRunOver
 	}
 	if err != nil {
@@ -98,7 +95,7 @@ func (d *Dispatcher) step(ctx context.Context, rs *runState, prog *progress, max
 	if st.Cancel == "" {
 		for st.Published < p.Len() && st.Published-done < maxIn {
 			req := p.Request(st.Published, time.Now().UTC())
-			if pubErr = d.conn.Publish(ctx, schemas.EpisodeRequested.For(run), schemas.MsgID(run, req.EpisodeID, req.Attempt), req); pubErr != nil {
+			if pubErr = d.deps.Publish(ctx, schemas.EpisodeRequested.For(run), schemas.MsgID(run, req.EpisodeID, req.Attempt), req); pubErr != nil {
 				break
 			}
 			st.Published++
@@ -111,7 +108,7 @@ func (d *Dispatcher) step(ctx context.Context, rs *runState, prog *progress, max
 	case schemas.CancelDrop:
 		// Withdraw the requests no worker has taken; episodes already
 		// running finish and are stored, but the run does not wait.
-		if err := d.purgeRequests(ctx, run); err != nil {
+		if err := d.deps.Purge(ctx, run); err != nil {
 			return err
 		}
 		st.Finished, st.Cancelled = true, true
@@ -119,7 +116,7 @@ func (d *Dispatcher) step(ctx context.Context, rs *runState, prog *progress, max
 		st.Finished, st.Cancelled = done == st.Published, done == st.Published
 	}
 	if _, err := d.put(ctx, st, rev); err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) {
+		if errors.Is(err, ErrConflict) {
 			return errConflict
 		}
 		return fmt.Errorf("update run status: %w", err)
@@ -129,38 +126,29 @@ func (d *Dispatcher) step(ctx context.Context, rs *runState, prog *progress, max
 	}
 	if st.Finished {
 		if st.Cancelled {
-			d.log.Info("run cancelled", "run", run, "mode", st.Cancel, "published", st.Published, "done", done, "total", p.Len())
+			d.deps.Log.Info("run cancelled", "run", run, "mode", st.Cancel, "published", st.Published, "done", done, "total", p.Len())
 		} else {
-			d.log.Info("run finished", "run", run, "episodes", done)
+			d.deps.Log.Info("run finished", "run", run, "episodes", done)
 		}
 		return errRunOver
 	}
 	return nil
 }
 
-// purgeRequests removes the run's episode requests still in the stream.
-func (d *Dispatcher) purgeRequests(ctx context.Context, run string) error {
-	s, err := d.conn.JS.Stream(ctx, schemas.StreamEpisodes)
-	if err != nil {
-		return fmt.Errorf("purge requests of run %s: %w", run, err)
-	}
-	if err := s.Purge(ctx, jetstream.WithPurgeSubject(schemas.EpisodeRequested.For(run))); err != nil {
-		return fmt.Errorf("purge requests of run %s: %w", run, err)
-	}
-	return nil
-}
-
-// scored records a score's episode as done. Only a validated score of a
+// Scored records a score's episode as done. Only a validated score of a
 // planned episode of a recorded, unfinished run counts, once; any other is
 // refused: acked (a redelivery would not make it valid), counted by
 // reason and logged.
-func (d *Dispatcher) scored(ctx context.Context, sc schemas.Score) error {
-	if m, ok := bus.Delivery(ctx); ok && m.Subject() != schemas.EpisodeScored.For(sc.RunID) {
-		d.refuse("subject_mismatch", sc, "subject", m.Subject())
+//
+// subject is the subject the score arrived on ("" when unknown); a score
+// published on another run's subject is refused.
+func (d *Dispatcher) Scored(ctx context.Context, sc schemas.Score, subject string) error {
+	if subject != "" && subject != schemas.EpisodeScored.For(sc.RunID) {
+		d.refuse("subject_mismatch", sc, "subject", subject)
 		return nil
 	}
 	st, _, err := d.status(ctx, sc.RunID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	if errors.Is(err, ErrNotFound) {
 		d.refuse("unknown_run", sc)
 		return nil
 	}
@@ -188,11 +176,13 @@ func (d *Dispatcher) scored(ctx context.Context, sc schemas.Score) error {
 		d.refuse("duplicate", sc)
 		return nil
 	}
-	d.wakeRun(sc.RunID)
+	d.Wake(sc.RunID)
 	return nil
 }
 
 func (d *Dispatcher) refuse(reason string, sc schemas.Score, kv ...any) {
-	d.refused.WithLabelValues(reason).Inc()
-	d.log.Warn("score not counted", append([]any{"reason", reason, "run", sc.RunID, "episode", sc.EpisodeID}, kv...)...)
+	if d.deps.Refused != nil {
+		d.deps.Refused(reason)
+	}
+	d.deps.Log.Warn("score not counted", append([]any{"reason", reason, "run", sc.RunID, "episode", sc.EpisodeID}, kv...)...)
 }

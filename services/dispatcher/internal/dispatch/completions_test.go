@@ -1,45 +1,28 @@
-package service
+package dispatch
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
-
-	"github.com/medgym/medgym/bus"
-	"github.com/medgym/medgym/bus/bustest"
-	"github.com/medgym/medgym/schemas"
-	"github.com/medgym/medgym/services/dispatcher/internal/dispatch"
 )
 
-// TestCompletionsConcurrentMarks: eight writers mark the same episodes of
+// TestCompletionsConcurrentMarks: eight writers (on the in-memory store,
+// whose compare-and-set they contend on; the service test covers the bucket) mark the same episodes of
 // a run spanning three chunks at once, as competing dispatchers would;
 // each episode is reported fresh exactly once, and the counts over a
 // published prefix match what was marked.
 func TestCompletionsConcurrentMarks(t *testing.T) {
 	ctx := context.Background()
-	conn, err := bus.Connect(ctx, bustest.StartJetStream(t), "test", slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := conn.JS.KeyValue(ctx, schemas.BucketCompletions)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := memEpisodes{newMemKV[[]byte]()}
 	c := completions{kv}
-	n := 2*dispatch.ChunkBits + 10
+	n := 2*ChunkBits + 10
 	var marked []int // every 97th episode, and both sides of each chunk border
 	for i := 0; i < n; i += 97 {
 		marked = append(marked, i)
 	}
-	marked = append(marked, dispatch.ChunkBits-1, dispatch.ChunkBits, 2*dispatch.ChunkBits, n-1)
+	marked = append(marked, ChunkBits-1, ChunkBits, 2*ChunkBits, n-1)
 	slices.Sort(marked)
 	marked = slices.Compact(marked)
 	var fresh atomic.Int64
@@ -63,7 +46,7 @@ func TestCompletionsConcurrentMarks(t *testing.T) {
 		t.Fatalf("%d marks reported fresh, want %d (one per episode)", fresh.Load(), len(marked))
 	}
 	p := newProgress(n)
-	for _, published := range []int{0, 1, dispatch.ChunkBits, dispatch.ChunkBits + 1, n} {
+	for _, published := range []int{0, 1, ChunkBits, ChunkBits + 1, n} {
 		want := 0
 		for _, i := range marked {
 			if i < published {
@@ -83,11 +66,11 @@ func TestCompletionsConcurrentMarks(t *testing.T) {
 	}
 	// A full chunk is read once: the count of a prefix of it is the prefix,
 	// and it is not read again.
-	full := make([]byte, dispatch.ChunkBits/8)
+	full := make([]byte, ChunkBits/8)
 	for i := range full {
 		full[i] = 0xff
 	}
-	if _, err := kv.Put(ctx, chunkKey("full", 0), full); err != nil {
+	if _, err := kv.Create(ctx, ChunkKey("full", 0), full); err != nil {
 		t.Fatal(err)
 	}
 	pf := newProgress(n)
@@ -95,8 +78,8 @@ func TestCompletionsConcurrentMarks(t *testing.T) {
 		if got, err := pf.count(ctx, c, "full", 100); err != nil || got != 100 {
 			t.Fatalf("count of a full chunk's first 100 = %d, %v", got, err)
 		}
-		if err := kv.Delete(ctx, chunkKey("full", 0)); err != nil {
-			t.Fatal(err)
-		}
+		kv.mu.Lock()
+		delete(kv.recs, ChunkKey("full", 0))
+		kv.mu.Unlock()
 	}
 }

@@ -1,7 +1,8 @@
-package service
+package dispatch
 
 import (
 	"encoding/json"
+	"strings"
 
 	"github.com/medgym/medgym/schemas"
 )
@@ -51,3 +52,8 @@ func (d *DeadLetter) UnmarshalJSON(b []byte) error {
 // episode is junk to the handler (bus.Junk), and the bus never dead-letters
 // a dead letter again.
 func (d DeadLetter) Validate() error { return nil }
+
+// IsScore reports whether the dead letter was a score.
+func (d DeadLetter) IsScore() bool {
+	return strings.HasPrefix(d.Subject, string(schemas.EpisodeScored)+".")
+}
