@@ -15,6 +15,7 @@ import (
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/services/llm-worker/internal/policy"
+	"github.com/medgym/medgym/services/llm-worker/internal/worker"
 	"github.com/medgym/medgym/tasks"
 )
 
@@ -77,7 +78,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if err != nil {
 		return fmt.Errorf("llm-worker: %w", err)
 	}
-	w := &worker{conn: conn, kv: kv, runs: runs, eng: eng, log: log}
+	w := &worker.Worker{States: stateStore{kv}, Publish: conn.Publish, Admit: runs.Admit, Engine: eng}
 	rt, err := bus.NewRouter(conn, log)
 	if err != nil {
 		return err
@@ -87,72 +88,43 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 		return bus.HandlerOptions{Concurrency: cfg.Concurrency, ConsumerOptions: bus.ConsumerOptions{
 			Stream: stream, Durable: durable, Subject: subj, AckWait: cfg.AckWait}}
 	}
-	if err := bus.Handle(rt, "llm-episodes", opt(schemas.StreamEpisodes, schemas.DurableLLMEpisodes, schemas.EpisodeRequested), w.start); err != nil {
+	if err := bus.Handle(rt, "llm-episodes", opt(schemas.StreamEpisodes, schemas.DurableLLMEpisodes, schemas.EpisodeRequested), w.Start); err != nil {
 		return err
 	}
-	if err := bus.Handle(rt, "llm-checks", opt(schemas.StreamChecks, schemas.DurableLLMChecks, schemas.ObservationChecked), w.observe); err != nil {
+	if err := bus.Handle(rt, "llm-checks", opt(schemas.StreamChecks, schemas.DurableLLMChecks, schemas.ObservationChecked),
+		func(ctx context.Context, obs schemas.Observation) error {
+			if err := w.Observe(ctx, obs); errors.Is(err, worker.ErrUnknownEpisode) {
+				return bus.Junk(bus.JunkUnknownEpisode, err)
+			} else if err != nil {
+				return err
+			}
+			return nil
+		}); err != nil {
 		return err
 	}
 	log.Info("llm-worker running", "worker", cfg.Worker, "concurrency", cfg.Concurrency)
 	return rt.Run(ctx)
 }
 
-type worker struct {
-	conn *bus.Conn
-	kv   *bus.StateKV
-	runs *bus.Runs
-	eng  *episode.Engine
-	log  *slog.Logger
+// stateStore is worker.StateStore on the episode-state bucket (JSON, large
+// states offloaded to the blob store).
+type stateStore struct{ kv *bus.StateKV }
+
+// kvErr maps the bucket's errors to the worker's.
+func kvErr(err error) error {
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return fmt.Errorf("%w: %w", worker.ErrNotFound, err)
+	case errors.Is(err, jetstream.ErrKeyExists):
+		return fmt.Errorf("%w: %w", worker.ErrConflict, err)
+	}
+	return err
 }
 
-func (w *worker) start(ctx context.Context, req schemas.EpisodeRequest) error {
-	if err := w.runs.Admit(ctx, schemas.ClaimOf(req)); err != nil {
-		return err
-	}
-	if st, _, err := w.load(ctx, req.EpisodeID); err == nil {
-		// Redelivered request: the episode already began; re-publish what is pending.
-		return w.publish(ctx, st, episode.Step{Action: st.PendingAction, Result: st.Result})
-	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return err
-	}
-	st, step, err := w.eng.Start(ctx, req)
+func (s stateStore) Get(ctx context.Context, id string) (schemas.EpisodeState, uint64, error) {
+	v, rev, err := s.kv.Get(ctx, id)
 	if err != nil {
-		return err
-	}
-	if err := w.save(ctx, st, 0, true); err != nil {
-		return err
-	}
-	return w.publish(ctx, st, step)
-}
-
-func (w *worker) observe(ctx context.Context, obs schemas.Observation) error {
-	if err := w.runs.Admit(ctx, schemas.ClaimOfRef(obs.Ref)); err != nil {
-		return err
-	}
-	st, rev, err := w.load(ctx, obs.Ref.EpisodeID)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return bus.Junkf(bus.JunkUnknownEpisode, "observation for episode %s, which no worker started", obs.Ref.EpisodeID)
-		}
-		return err
-	}
-	next, step, err := w.eng.Continue(ctx, st, obs)
-	if errors.Is(err, episode.ErrStale) {
-		return w.publish(ctx, st, episode.Step{Action: st.PendingAction, Result: st.Result})
-	}
-	if err != nil {
-		return err
-	}
-	if err := w.save(ctx, next, rev, false); err != nil {
-		return err
-	}
-	return w.publish(ctx, next, step)
-}
-
-func (w *worker) load(ctx context.Context, id string) (schemas.EpisodeState, uint64, error) {
-	v, rev, err := w.kv.Get(ctx, id)
-	if err != nil {
-		return schemas.EpisodeState{}, 0, fmt.Errorf("load episode %s: %w", id, err)
+		return schemas.EpisodeState{}, 0, kvErr(err)
 	}
 	var st schemas.EpisodeState
 	if err := json.Unmarshal(v, &st); err != nil {
@@ -161,35 +133,22 @@ func (w *worker) load(ctx context.Context, id string) (schemas.EpisodeState, uin
 	return st, rev, nil
 }
 
-// save stores st: create for a new episode, compare-and-set otherwise, so
-// two workers racing on one episode cannot both win.
-func (w *worker) save(ctx context.Context, st schemas.EpisodeState, rev uint64, create bool) error {
+func (s stateStore) Create(ctx context.Context, st schemas.EpisodeState) error {
 	b, err := json.Marshal(st)
 	if err != nil {
 		return bus.Permanent(fmt.Errorf("encode episode state: %w", err))
 	}
-	if create {
-		_, err = w.kv.Create(ctx, st.Request.EpisodeID, b)
-	} else {
-		_, err = w.kv.Update(ctx, st.Request.EpisodeID, b, rev)
-	}
-	if err != nil {
-		return fmt.Errorf("save episode %s (turn %d): %w", st.Request.EpisodeID, len(st.Turns), err)
-	}
-	return nil
+	_, err = s.kv.Create(ctx, st.Request.EpisodeID, b)
+	return kvErr(err)
 }
 
-func (w *worker) publish(ctx context.Context, st schemas.EpisodeState, step episode.Step) error {
-	run := st.Request.RunID
-	switch {
-	case step.Action != nil:
-		return w.conn.Publish(ctx, schemas.ActionRequested.For(run),
-			schemas.MsgID(step.Action.Ref.EpisodeID, step.Action.Ref.Turn, "action"), *step.Action)
-	case step.Result != nil:
-		return w.conn.Publish(ctx, schemas.EpisodeCompleted.For(run),
-			schemas.MsgID(step.Result.Request.EpisodeID, "result"), *step.Result)
+func (s stateStore) Update(ctx context.Context, st schemas.EpisodeState, rev uint64) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return bus.Permanent(fmt.Errorf("encode episode state: %w", err))
 	}
-	return nil
+	_, err = s.kv.Update(ctx, st.Request.EpisodeID, b, rev)
+	return kvErr(err)
 }
 
 // ClientDefaults configures OpenAI-compatible clients (re-exported for the
