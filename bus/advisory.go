@@ -20,7 +20,7 @@ const maxDeliveriesAdvisory = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>"
 // that they are accounted for instead of silently dropped. The returned
 // function stops watching.
 func WatchMaxDeliveries(ctx context.Context, conn *Conn, log *slog.Logger) (stop func(), err error) {
-	sub, err := conn.NC.Subscribe(maxDeliveriesAdvisory, func(m *nats.Msg) {
+	sub, err := conn.nc.Subscribe(maxDeliveriesAdvisory, func(m *nats.Msg) {
 		var adv struct {
 			Stream     string `json:"stream"`
 			Consumer   string `json:"consumer"`
@@ -34,7 +34,7 @@ func WatchMaxDeliveries(ctx context.Context, conn *Conn, log *slog.Logger) (stop
 		if _, ok := schemas.StreamSubjects[adv.Stream]; !ok || adv.Stream == schemas.StreamDeadLetter {
 			return
 		}
-		s, err := conn.JS.Stream(ctx, adv.Stream)
+		s, err := conn.js.Stream(ctx, adv.Stream)
 		if err != nil {
 			log.Warn("dead letter: stream", "stream", adv.Stream, "err", err)
 			return
@@ -46,7 +46,7 @@ func WatchMaxDeliveries(ctx context.Context, conn *Conn, log *slog.Logger) (stop
 		}
 		dl := deadLetterMsg("maxdeliver", raw.Data, raw.Header, raw.Subject,
 			fmt.Sprintf("consumer %s gave up after %d deliveries", adv.Consumer, adv.Deliveries), adv.Stream, adv.StreamSeq)
-		if _, err := conn.JS.PublishMsg(ctx, dl); err != nil {
+		if _, err := conn.js.PublishMsg(ctx, dl); err != nil {
 			log.Warn("dead letter: publish", "err", err)
 			return
 		}

@@ -47,7 +47,7 @@ type blobs struct {
 // InlineMax is the largest payload this connection publishes as is; larger
 // ones are offloaded.
 func (c *Conn) InlineMax() int {
-	return max(int(c.NC.MaxPayload())-blobHeadroom, 1024)
+	return max(int(c.nc.MaxPayload())-blobHeadroom, 1024)
 }
 
 func (c *Conn) objects(ctx context.Context) (jetstream.ObjectStore, error) {
@@ -56,7 +56,7 @@ func (c *Conn) objects(ctx context.Context) (jetstream.ObjectStore, error) {
 	if c.blobs.obj != nil {
 		return c.blobs.obj, nil
 	}
-	obj, err := c.JS.ObjectStore(ctx, schemas.BucketBlobs)
+	obj, err := c.js.ObjectStore(ctx, schemas.BucketBlobs)
 	if err != nil {
 		return nil, fmt.Errorf("blob store %s (created by EnsureStreams): %w", schemas.BucketBlobs, err)
 	}
@@ -146,7 +146,7 @@ type StateKV struct {
 
 // StateKV opens a bucket created by EnsureStreams.
 func (c *Conn) StateKV(ctx context.Context, bucket string) (*StateKV, error) {
-	kv, err := c.JS.KeyValue(ctx, bucket)
+	kv, err := c.js.KeyValue(ctx, bucket)
 	if err != nil {
 		return nil, fmt.Errorf("key-value bucket %s: %w", bucket, err)
 	}

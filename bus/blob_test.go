@@ -31,7 +31,7 @@ func smallServer(t *testing.T) (*bus.Conn, context.Context) {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Close)
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return conn, ctx
@@ -81,7 +81,7 @@ func TestLargePayloadsTravelAsBlobs(t *testing.T) {
 		}
 	}
 	// The big one is in the stream as a pointer, the small one inline.
-	s, err := conn.JS.Stream(ctx, schemas.StreamResults)
+	s, err := bus.JetStream(conn).Stream(ctx, schemas.StreamResults)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestStateKVHoldsLargeValues(t *testing.T) {
 	if v, _, err := kv.Get(ctx, "e1"); err != nil || string(v) != string(small) {
 		t.Fatalf("small value back: %q, %v", v, err)
 	}
-	obj, err := conn.JS.ObjectStore(ctx, schemas.BucketBlobs)
+	obj, err := bus.JetStream(conn).ObjectStore(ctx, schemas.BucketBlobs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestOffloadedDeadLetterStaysAPointer(t *testing.T) {
 	if err := conn.Publish(ctx, schemas.EpisodeCompleted.For("r1"), "big/result", bigResult("big", 600<<10)); err != nil {
 		t.Fatal(err)
 	}
-	s, err := conn.JS.Stream(ctx, schemas.StreamDeadLetter)
+	s, err := bus.JetStream(conn).Stream(ctx, schemas.StreamDeadLetter)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func setup(t *testing.T) (*bus.Conn, context.Context) {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Close)
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{Memory: true}); err != nil {
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{Memory: true}); err != nil {
 		t.Fatal(err)
 	}
 	return conn, ctx
@@ -70,7 +70,7 @@ func TestPublishDedupesByMsgID(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s, err := conn.JS.Stream(ctx, schemas.StreamScores)
+	s, err := bus.JetStream(conn).Stream(ctx, schemas.StreamScores)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,14 +118,14 @@ func TestHandlerAckRetryAndDeadLetter(t *testing.T) {
 		}
 	}
 	// An undecodable payload is junk: acked, not a dead letter.
-	if _, err := conn.JS.Publish(ctx, schemas.EpisodeScored.For("r1"), []byte("{not json")); err != nil {
+	if _, err := bus.JetStream(conn).Publish(ctx, schemas.EpisodeScored.For("r1"), []byte("{not json")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 20*time.Second, func() bool { return ok.Load() == 2 })
 	if got := flaky.Load(); got != 3 {
 		t.Fatalf("flaky handled %d times, want 3 (two naks, then success)", got)
 	}
-	dl, err := conn.JS.Stream(ctx, schemas.StreamDeadLetter)
+	dl, err := bus.JetStream(conn).Stream(ctx, schemas.StreamDeadLetter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestHandlerAckRetryAndDeadLetter(t *testing.T) {
 		t.Fatalf("dead letter headers = %v, want reason and original subject", m.Header)
 	}
 	// Everything was acked: nothing pending on the consumer.
-	c, err := conn.JS.Consumer(ctx, schemas.StreamScores, "test-scores")
+	c, err := bus.JetStream(conn).Consumer(ctx, schemas.StreamScores, "test-scores")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestMaxDeliveriesBecomeDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stopWatch()
-	cons, err := bus.EnsureConsumer(ctx, conn.JS, bus.ConsumerOptions{Stream: schemas.StreamScores, Durable: "giveup",
+	cons, err := bus.EnsureConsumer(ctx, conn, bus.ConsumerOptions{Stream: schemas.StreamScores, Durable: "giveup",
 		Subject: schemas.EpisodeScored, MaxDeliver: 2, AckWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +178,7 @@ func TestMaxDeliveriesBecomeDeadLetters(t *testing.T) {
 			_ = m.Nak()
 		}
 	}
-	dl, err := conn.JS.Stream(ctx, schemas.StreamDeadLetter)
+	dl, err := bus.JetStream(conn).Stream(ctx, schemas.StreamDeadLetter)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func TestConcurrencyAbove512(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := runRouter(t, ctx, rt)
-	c, err := conn.JS.Consumer(ctx, schemas.StreamScores, "test-wide")
+	c, err := bus.JetStream(conn).Consumer(ctx, schemas.StreamScores, "test-wide")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,11 +79,11 @@ func TestConcurrencyAbove512(t *testing.T) {
 func TestEnsureConsumerKeepsMaxWaiting(t *testing.T) {
 	conn, ctx := setup(t)
 	o := bus.ConsumerOptions{Stream: schemas.StreamScores, Durable: "test-old", Subject: schemas.EpisodeScored, MaxWaiting: 512}
-	if _, err := bus.EnsureConsumer(ctx, conn.JS, o); err != nil {
+	if _, err := bus.EnsureConsumer(ctx, conn, o); err != nil {
 		t.Fatal(err)
 	}
 	o.MaxWaiting, o.AckWait = 0, 7*time.Second
-	c, err := bus.EnsureConsumer(ctx, conn.JS, o)
+	c, err := bus.EnsureConsumer(ctx, conn, o)
 	if err != nil {
 		t.Fatalf("second EnsureConsumer: %v", err)
 	}
@@ -94,7 +94,7 @@ func TestEnsureConsumerKeepsMaxWaiting(t *testing.T) {
 	if info.Config.MaxWaiting != 512 || info.Config.AckWait != 7*time.Second {
 		t.Fatalf("max waiting %d ack wait %v, want 512 and 7s", info.Config.MaxWaiting, info.Config.AckWait)
 	}
-	fresh, err := bus.EnsureConsumer(ctx, conn.JS, bus.ConsumerOptions{Stream: schemas.StreamScores, Durable: "test-new", Subject: schemas.EpisodeScored})
+	fresh, err := bus.EnsureConsumer(ctx, conn, bus.ConsumerOptions{Stream: schemas.StreamScores, Durable: "test-new", Subject: schemas.EpisodeScored})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,8 @@ import (
 
 // Conn is a NATS connection with its JetStream context.
 type Conn struct {
-	NC  *nats.Conn
-	JS  jetstream.JetStream
+	nc  *nats.Conn
+	js  jetstream.JetStream
 	log *slog.Logger
 
 	blobs blobs
@@ -120,19 +120,19 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger, opts ...Co
 		}
 		return nil, fmt.Errorf("jetstream account info on %s: %w", shown, err)
 	}
-	return &Conn{NC: nc, JS: js, log: log}, nil
+	return &Conn{nc: nc, js: js, log: log}, nil
 }
 
 // Close drains the connection (pending publishes and acks are flushed).
 func (c *Conn) Close() {
-	if c == nil || c.NC == nil {
+	if c == nil || c.nc == nil {
 		return
 	}
-	if err := c.NC.Drain(); err != nil {
-		c.NC.Close()
+	if err := c.nc.Drain(); err != nil {
+		c.nc.Close()
 		return
 	}
-	for c.NC.IsDraining() {
+	for c.nc.IsDraining() {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
@@ -153,7 +153,7 @@ func (c *Conn) Publish(ctx context.Context, subject, msgID string, v schemas.Val
 	if msgID != "" {
 		msg.Header.Set(jetstream.MsgIDHeader, msgID)
 	}
-	if _, err := c.JS.PublishMsg(ctx, msg); err != nil {
+	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("publish %s (%s): %w", subject, msgID, err)
 	}
 	return nil
@@ -167,7 +167,7 @@ func Start(ctx context.Context, url, name, metricsAddr string, log *slog.Logger,
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := EnsureStreams(ctx, conn.JS, StreamOptions{}); err != nil {
+	if err := EnsureStreams(ctx, conn, StreamOptions{}); err != nil {
 		conn.Close()
 		return nil, nil, err
 	}

@@ -39,6 +39,21 @@
 // discarding the oldest (StreamOptions sets other bounds). Every other
 // stream keeps messages for StreamOptions.MaxAge (7 days).
 //
+// Everything else a service needs of NATS is a typed primitive here, so
+// that no package outside bus imports github.com/nats-io/... (archtest
+// holds that rule):
+//   - Bucket[T] (OpenBucket, OpenStateBucket): a key-value bucket of T with
+//     Get, Create and Update at a revision, failing with ErrNotFound and
+//     ErrConflict;
+//   - Broadcast[T]: a core subscription every process hears (wake-ups,
+//     sandbox release), for notifications that may be lost;
+//   - Follow[T]: a stream subject read in order from its first message,
+//     as an iterator of what is available now (Available) or one message
+//     at a time (Next);
+//   - Conn.Purge, and for tests and tools Conn.SubjectCount, StreamCount,
+//     ConsumerBacklog, BusyConsumer, PublishRaw, PublishCore and the blob
+//     calls. The raw connection and JetStream context are unexported.
+//
 // Connect takes credentials with WithAuth; AuthFromEnv reads them from the
 // MEDGYM_NATS_* variables (a creds file, an nkey seed file, or a user and a
 // password or password file), never from the command line. SECURITY.md and

@@ -31,11 +31,11 @@ var junkBodies = map[string]string{
 // drained waits until the durable has acked every message the stream holds.
 func drained(t *testing.T, ctx context.Context, conn *bus.Conn, stream, durable string) {
 	t.Helper()
-	c, err := conn.JS.Consumer(ctx, stream, durable)
+	c, err := bus.JetStream(conn).Consumer(ctx, stream, durable)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := conn.JS.Stream(ctx, stream)
+	s, err := bus.JetStream(conn).Stream(ctx, stream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func drained(t *testing.T, ctx context.Context, conn *bus.Conn, stream, durable 
 
 func streamMsgs(t *testing.T, ctx context.Context, conn *bus.Conn, stream string) uint64 {
 	t.Helper()
-	s, err := conn.JS.Stream(ctx, stream)
+	s, err := bus.JetStream(conn).Stream(ctx, stream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,18 +104,18 @@ func TestJunkIsAckedCountedNotDeadLettered(t *testing.T) {
 	stop := runRouter(t, ctx, rt)
 	defer stop()
 	for name, body := range junkBodies {
-		if _, err := conn.JS.Publish(ctx, schemas.EpisodeScored.For("r1"), []byte(body)); err != nil {
+		if _, err := bus.JetStream(conn).Publish(ctx, schemas.EpisodeScored.For("r1"), []byte(body)); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
 	// Objects that are not a valid Score.
 	for _, body := range []string{`{}`, `{"run_id":"r1","episode_id":"e1","outcome":"great"}`} {
-		if _, err := conn.JS.Publish(ctx, schemas.EpisodeScored.For("r1"), []byte(body)); err != nil {
+		if _, err := bus.JetStream(conn).Publish(ctx, schemas.EpisodeScored.For("r1"), []byte(body)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A JSON object of the wrong shape is invalid too.
-	if _, err := conn.JS.Publish(ctx, schemas.EpisodeScored.For("r1"), []byte(`{"run_id":5}`)); err != nil {
+	if _, err := bus.JetStream(conn).Publish(ctx, schemas.EpisodeScored.For("r1"), []byte(`{"run_id":5}`)); err != nil {
 		t.Fatal(err)
 	}
 	for _, ep := range []string{"ghost", "bad", "good"} {
@@ -167,7 +167,7 @@ func TestDeadLetterPathNeverDeadLetters(t *testing.T) {
 	defer stop()
 	published := uint64(0)
 	for _, body := range junkBodies {
-		if _, err := conn.JS.Publish(ctx, schemas.DeadLetter.For("poison"), []byte(body)); err != nil {
+		if _, err := bus.JetStream(conn).Publish(ctx, schemas.DeadLetter.For("poison"), []byte(body)); err != nil {
 			t.Fatal(err)
 		}
 		published++
@@ -221,11 +221,11 @@ func TestPoisonCopyIDAndFirstReason(t *testing.T) {
 	m.Data = data
 	m.Header.Set(bus.HeaderDeadReason, "first reason")
 	m.Header.Set(bus.HeaderDeadSubject, "medgym.episode.requested.r1")
-	if _, err := conn.JS.PublishMsg(ctx, m); err != nil {
+	if _, err := bus.JetStream(conn).PublishMsg(ctx, m); err != nil {
 		t.Fatal(err)
 	}
 	drained(t, ctx, conn, schemas.StreamScores, "test-poison")
-	dl, err := conn.JS.Stream(ctx, schemas.StreamDeadLetter)
+	dl, err := bus.JetStream(conn).Stream(ctx, schemas.StreamDeadLetter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestPoisonCopyIDAndFirstReason(t *testing.T) {
 	dup := nats.NewMsg(schemas.DeadLetter.For("poison"))
 	dup.Data = data
 	dup.Header.Set(jetstream.MsgIDHeader, "dead/MEDGYM_SCORES/1")
-	ack, err := conn.JS.PublishMsg(ctx, dup)
+	ack, err := bus.JetStream(conn).PublishMsg(ctx, dup)
 	if err != nil || !ack.Duplicate {
 		t.Fatalf("re-publishing dead letter 1: ack %+v, err %v; want a duplicate", ack, err)
 	}
@@ -263,7 +263,7 @@ func TestPoisonCopyIDAndFirstReason(t *testing.T) {
 // age, size and count limits and discards the oldest.
 func TestDeadLetterStreamBounded(t *testing.T) {
 	conn, ctx := setup(t)
-	s, err := conn.JS.Stream(ctx, schemas.StreamDeadLetter)
+	s, err := bus.JetStream(conn).Stream(ctx, schemas.StreamDeadLetter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestDeadLetterStreamBounded(t *testing.T) {
 		t.Fatalf("dead-letter stream limits: age %v, bytes %d, msgs %d, discard %v", cfg.MaxAge, cfg.MaxBytes, cfg.MaxMsgs, cfg.Discard)
 	}
 	// A small bound holds: the stream never exceeds it.
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{Memory: true, DeadLetterMaxMsgs: 3}); err != nil {
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{Memory: true, DeadLetterMaxMsgs: 3}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 10 {
@@ -308,7 +308,7 @@ func TestJunkLogIsRateLimited(t *testing.T) {
 	defer stop()
 	const n = 100
 	for range n {
-		if _, err := conn.JS.Publish(ctx, schemas.EpisodeScored.For("r1"), []byte("[]")); err != nil {
+		if _, err := bus.JetStream(conn).Publish(ctx, schemas.EpisodeScored.For("r1"), []byte("[]")); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -117,7 +117,7 @@ func (m *Metrics) poll(ctx context.Context, conn *Conn) {
 	}
 	m.mu.Unlock()
 	for _, c := range refs {
-		cons, err := conn.JS.Consumer(ctx, c.stream, c.durable)
+		cons, err := conn.js.Consumer(ctx, c.stream, c.durable)
 		if err != nil {
 			continue
 		}
@@ -140,7 +140,7 @@ func (m *Metrics) Serve(ctx context.Context, addr string, conn *Conn, log *slog.
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if conn.NC == nil || !conn.NC.IsConnected() {
+		if conn.nc == nil || !conn.nc.IsConnected() {
 			http.Error(w, "nats: not connected", http.StatusServiceUnavailable)
 			return
 		}

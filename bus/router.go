@@ -66,7 +66,7 @@ func Handle[In schemas.Validator](rt *Router, name string, o HandlerOptions, h f
 	if o.Concurrency < 1 {
 		o.Concurrency = 1
 	}
-	cons, err := EnsureConsumer(context.Background(), rt.conn.JS, o.ConsumerOptions)
+	cons, err := EnsureConsumer(context.Background(), rt.conn, o.ConsumerOptions)
 	if err != nil {
 		return err
 	}
@@ -154,7 +154,7 @@ func poison(ctx context.Context, conn *Conn, jm jetstream.Msg, reason error) err
 		return fmt.Errorf("dead letter: metadata of %s: %w", jm.Subject(), err)
 	}
 	dl := deadLetterMsg("poison", jm.Data(), jm.Headers(), jm.Subject(), reason.Error(), md.Stream, md.Sequence.Stream)
-	if _, err := conn.JS.PublishMsg(ctx, dl); err != nil {
+	if _, err := conn.js.PublishMsg(ctx, dl); err != nil {
 		return fmt.Errorf("dead letter: publish copy of %s: %w", jm.Subject(), err)
 	}
 	return nil

@@ -29,7 +29,7 @@ const maxCachedRuns = 4096
 
 // NewRuns opens the run-status bucket.
 func NewRuns(ctx context.Context, conn *Conn) (*Runs, error) {
-	kv, err := conn.JS.KeyValue(ctx, schemas.BucketRuns)
+	kv, err := conn.js.KeyValue(ctx, schemas.BucketRuns)
 	if err != nil {
 		return nil, fmt.Errorf("run-status bucket %s: %w", schemas.BucketRuns, err)
 	}

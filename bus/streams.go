@@ -62,7 +62,8 @@ func (o StreamOptions) withDefaults() StreamOptions {
 
 // EnsureStreams creates or updates every stream and key-value bucket named
 // in schemas. Every service calls it at start-up; it is idempotent.
-func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
+func EnsureStreams(ctx context.Context, c *Conn, o StreamOptions) error {
+	js := c.js
 	o = o.withDefaults()
 	storage := jetstream.FileStorage
 	if o.Memory {
@@ -140,7 +141,8 @@ func (o ConsumerOptions) withDefaults() ConsumerOptions {
 }
 
 // EnsureConsumer creates or updates a durable, explicit-ack pull consumer.
-func EnsureConsumer(ctx context.Context, js jetstream.JetStream, o ConsumerOptions) (jetstream.Consumer, error) {
+func EnsureConsumer(ctx context.Context, conn *Conn, o ConsumerOptions) (jetstream.Consumer, error) {
+	js := conn.js
 	o = o.withDefaults()
 	cfg := jetstream.ConsumerConfig{
 		Durable:       o.Durable,

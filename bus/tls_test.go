@@ -76,10 +76,10 @@ func TestConnectTLS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("with the CA: %v", err)
 	}
-	if !conn.NC.TLSRequired() {
+	if !bus.NATS(conn).TLSRequired() {
 		t.Error("connected without TLS")
 	}
-	if st, err := conn.NC.TLSConnectionState(); err != nil || !st.HandshakeComplete {
+	if st, err := bus.NATS(conn).TLSConnectionState(); err != nil || !st.HandshakeComplete {
 		t.Errorf("TLS state: %v, %v", st.HandshakeComplete, err)
 	}
 	conn.Close()

@@ -5,6 +5,8 @@ package bustest
 import (
 	"testing"
 
+	"github.com/nats-io/nkeys"
+
 	"github.com/medgym/medgym/bus/embedded"
 )
 
@@ -18,4 +20,23 @@ func StartJetStream(t testing.TB) string {
 	}
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
 	return ns.ClientURL()
+}
+
+// UserNKey makes a NATS user key pair: the seed (what a client's
+// MEDGYM_NATS_NKEY file holds) and the public key (what the server's
+// authorization block lists).
+func UserNKey(t testing.TB) (seed []byte, public string) {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, err = kp.Seed()
+	if err == nil {
+		public, err = kp.PublicKey()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seed, public
 }

@@ -19,10 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
-
 	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/bus/bustest"
 	"github.com/medgym/medgym/schemas"
 	dispatcher "github.com/medgym/medgym/services/dispatcher/service"
 	llmworker "github.com/medgym/medgym/services/llm-worker/service"
@@ -91,12 +89,7 @@ func startDeployNATS(t *testing.T, withNKeys bool) (string, map[string]bus.Auth)
 	env := os.Environ()
 	for u, v := range deployUsers {
 		if withNKeys {
-			kp, err := nkeys.CreateUser()
-			if err != nil {
-				t.Fatal(err)
-			}
-			seed, _ := kp.Seed()
-			pub, _ := kp.PublicKey()
+			seed, pub := bustest.UserNKey(t)
 			seedFile := filepath.Join(dir, u+".nk")
 			if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
 				t.Fatal(err)
@@ -172,7 +165,7 @@ func TestDeployNATSAuth(t *testing.T) {
 	conns := map[string]*bus.Conn{}
 	for _, u := range []string{"dispatcher", "llm-worker", "sandbox-worker", "verifier", "client", "admin"} {
 		conns[u] = connectAs(t, ctx, url, u, pw[u], log.With("user", u))
-		if err := bus.EnsureStreams(ctx, conns[u].JS, bus.StreamOptions{}); err != nil {
+		if err := bus.EnsureStreams(ctx, conns[u], bus.StreamOptions{}); err != nil {
 			t.Fatalf("%s: ensure streams: %v", u, err)
 		}
 	}
@@ -201,10 +194,7 @@ func TestDeployNATSAuth(t *testing.T) {
 	// Nor may a worker submit runs, or a client request episodes.
 	for user, subj := range map[string]string{"llm-worker": schemas.RunSubmitted.For("x"), "client": schemas.EpisodeRequested.For("x"),
 		"sandbox-worker": schemas.EpisodeCompleted.For("x")} {
-		if err := conns[user].NC.Publish(subj, []byte("{}")); err != nil {
-			t.Fatal(err)
-		}
-		if err := conns[user].NC.Flush(); err != nil {
+		if err := conns[user].PublishCore(subj, []byte("{}")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -220,26 +210,21 @@ func TestDeployNATSAuth(t *testing.T) {
 	// Every service may use the blob object store that carries payloads over
 	// max_payload (MEDGYM_BLOBS, ADR 10): put, read back,
 	// overwrite, delete.
-	if _, err := conns["admin"].JS.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: "MEDGYM_BLOBS"}); err != nil {
-		t.Fatal(err)
-	}
 	blob := bytes.Repeat([]byte("trajectory "), 30_000)
 	for _, u := range []string{"dispatcher", "llm-worker", "sandbox-worker", "verifier"} {
 		bctx, bcancel := context.WithTimeout(ctx, 10*time.Second)
-		obj, err := conns[u].JS.ObjectStore(bctx, "MEDGYM_BLOBS")
-		if err == nil {
-			for range 2 { // the second put overwrites, which purges the old chunks
-				if _, err = obj.PutBytes(bctx, "blob-"+u, blob); err != nil {
-					break
-				}
+		var err error
+		for range 2 { // the second put overwrites, which purges the old chunks
+			if err = conns[u].PutBlob(bctx, "blob-"+u, blob); err != nil {
+				break
 			}
 		}
 		var got []byte
 		if err == nil {
-			got, err = obj.GetBytes(bctx, "blob-"+u)
+			got, err = conns[u].GetBlob(bctx, "blob-"+u)
 		}
 		if err == nil {
-			err = obj.Delete(bctx, "blob-"+u)
+			err = conns[u].DeleteBlob(bctx, "blob-"+u)
 		}
 		bcancel()
 		if err != nil || !bytes.Equal(got, blob) {
@@ -326,7 +311,7 @@ func TestDeployNATSNKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		conns[u] = connectAs(t, ctx, url, u, auth, log.With("user", u))
-		if err := bus.EnsureStreams(ctx, conns[u].JS, bus.StreamOptions{}); err != nil {
+		if err := bus.EnsureStreams(ctx, conns[u], bus.StreamOptions{}); err != nil {
 			t.Fatalf("%s: ensure streams: %v", u, err)
 		}
 	}

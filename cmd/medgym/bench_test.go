@@ -35,8 +35,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/bus/embedded"
 	"github.com/medgym/medgym/schemas"
@@ -122,35 +120,23 @@ func throughput(rows []parquet.Row) float64 {
 
 // publishTimes reads the JetStream timestamp of the first message of every
 // (episode, turn) on subject.
-func publishTimes(ctx context.Context, b *testing.B, js jetstream.JetStream, stream, subject string) map[string]time.Time {
+func publishTimes(ctx context.Context, b *testing.B, conn *bus.Conn, stream, subject string) map[string]time.Time {
 	b.Helper()
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	follow, err := bus.Follow[struct{ Ref schemas.EpisodeRef }](ctx, conn, stream, subject)
 	if err != nil {
 		b.Fatal(err)
 	}
 	out := map[string]time.Time{}
-	for {
-		batch, err := cons.FetchNoWait(500)
+	for m, err := range follow.Available() {
 		if err != nil {
 			b.Fatal(err)
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			var msg struct{ Ref schemas.EpisodeRef }
-			md, err := m.Metadata()
-			if err != nil || json.Unmarshal(m.Data(), &msg) != nil {
-				continue
-			}
-			k := fmt.Sprintf("%s/%d", msg.Ref.EpisodeID, msg.Ref.Turn)
-			if _, ok := out[k]; !ok {
-				out[k] = md.Timestamp
-			}
-		}
-		if n == 0 {
-			return out
+		k := fmt.Sprintf("%s/%d", m.Value.Ref.EpisodeID, m.Value.Ref.Turn)
+		if _, ok := out[k]; !ok {
+			out[k] = m.Time
 		}
 	}
+	return out
 }
 
 // BenchmarkPipelineOverhead measures what the pipeline adds to a turn, with
@@ -184,7 +170,7 @@ func BenchmarkPipelineOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	f.sandboxConcurrency = 4
@@ -204,8 +190,8 @@ func BenchmarkPipelineOverhead(b *testing.B) {
 	}
 	b.StopTimer()
 	rows := readRunTB(ctx, b, f.store, f.runID)
-	actions := publishTimes(ctx, b, conn.JS, schemas.StreamActions, schemas.ActionRequested.For(f.runID))
-	obs := publishTimes(ctx, b, conn.JS, schemas.StreamObservations, schemas.ObservationProduced.For(f.runID))
+	actions := publishTimes(ctx, b, conn, schemas.StreamActions, schemas.ActionRequested.For(f.runID))
+	obs := publishTimes(ctx, b, conn, schemas.StreamObservations, schemas.ObservationProduced.For(f.runID))
 	var side, ret, total, sandbox []float64
 	for _, r := range rows {
 		for i := 0; i+1 < len(r.Turns); i++ {

@@ -2,15 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/bus/embedded"
@@ -72,12 +69,12 @@ func cmdCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
 		return err
 	}
-	kv, err := conn.JS.KeyValue(ctx, schemas.BucketRuns)
+	kv, err := bus.OpenBucket[schemas.RunStatus](ctx, conn, schemas.BucketRuns)
 	if err != nil {
-		return fmt.Errorf("runs bucket: %w", err)
+		return err
 	}
 	st, err := requestCancel(ctx, kv, runID, mode, *natsURL == "")
 	if err != nil {
@@ -114,18 +111,14 @@ func cmdCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // requestCancel records the cancel request in the run's status. finish
 // also finishes the run (no dispatcher runs to do it).
-func requestCancel(ctx context.Context, kv jetstream.KeyValue, runID, mode string, finish bool) (schemas.RunStatus, error) {
+func requestCancel(ctx context.Context, kv *bus.Bucket[schemas.RunStatus], runID, mode string, finish bool) (schemas.RunStatus, error) {
 	for {
-		e, err := kv.Get(ctx, runID)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
+		st, rev, err := kv.Get(ctx, runID)
+		if errors.Is(err, bus.ErrNotFound) {
 			return schemas.RunStatus{}, fmt.Errorf("cancel: no run %s", runID)
 		}
 		if err != nil {
 			return schemas.RunStatus{}, fmt.Errorf("cancel %s: %w", runID, err)
-		}
-		var st schemas.RunStatus
-		if err := json.Unmarshal(e.Value(), &st); err != nil {
-			return st, fmt.Errorf("cancel %s: decode status: %w", runID, err)
 		}
 		switch {
 		case st.Error != "":
@@ -140,11 +133,7 @@ func requestCancel(ctx context.Context, kv jetstream.KeyValue, runID, mode strin
 			st.Finished, st.Cancelled = true, true
 		}
 		st.UpdatedAt = time.Now().UTC()
-		b, err := json.Marshal(st)
-		if err != nil {
-			return st, err
-		}
-		if _, err := kv.Update(ctx, runID, b, e.Revision()); errors.Is(err, jetstream.ErrKeyExists) {
+		if _, err := kv.Update(ctx, runID, st, rev); errors.Is(err, bus.ErrConflict) {
 			continue // the dispatcher updated it meanwhile
 		} else if err != nil {
 			return st, fmt.Errorf("cancel %s: %w", runID, err)
@@ -154,11 +143,7 @@ func requestCancel(ctx context.Context, kv jetstream.KeyValue, runID, mode strin
 }
 
 func purgeRequests(ctx context.Context, conn *bus.Conn, runID string) error {
-	s, err := conn.JS.Stream(ctx, schemas.StreamEpisodes)
-	if err == nil {
-		err = s.Purge(ctx, jetstream.WithPurgeSubject(schemas.EpisodeRequested.For(runID)))
-	}
-	if err != nil {
+	if err := conn.Purge(ctx, schemas.StreamEpisodes, schemas.EpisodeRequested.For(runID)); err != nil {
 		return fmt.Errorf("cancel %s: withdraw requests: %w", runID, err)
 	}
 	return nil
@@ -166,15 +151,17 @@ func purgeRequests(ctx context.Context, conn *bus.Conn, runID string) error {
 
 // waitFinished polls the run's status until the dispatcher finishes it,
 // riding out failed reads (NATS restarting), for at most d.
-func waitFinished(ctx context.Context, kv jetstream.KeyValue, runID string, d time.Duration) (schemas.RunStatus, error) {
+func waitFinished(ctx context.Context, kv *bus.Bucket[schemas.RunStatus], runID string, d time.Duration) (schemas.RunStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	var st schemas.RunStatus
 	for {
-		if e, err := kv.Get(ctx, runID); err == nil && json.Unmarshal(e.Value(), &st) == nil && st.Finished {
-			return st, nil
+		if cur, _, err := kv.Get(ctx, runID); err == nil {
+			if st = cur; st.Finished {
+				return st, nil
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -3,15 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/bus/embedded"
@@ -82,7 +79,7 @@ func TestCancelCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	const planned = 40
@@ -165,7 +162,7 @@ func TestCancelEmbeddedState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f.runID, f.samples = "interrupted", 5
@@ -173,12 +170,11 @@ func TestCancelEmbeddedState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(schemas.RunStatus{Spec: spec, Total: 5, Published: 2})
-	kv, err := conn.JS.KeyValue(ctx, schemas.BucketRuns)
+	kv, err := bus.OpenBucket[schemas.RunStatus](ctx, conn, schemas.BucketRuns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Create(ctx, "interrupted", b); err != nil {
+	if _, err := kv.Create(ctx, "interrupted", schemas.RunStatus{Spec: spec, Total: 5, Published: 2}); err != nil {
 		t.Fatal(err)
 	}
 	req := schemas.EpisodeRequest{RunID: "interrupted", EpisodeID: "interrupted--t-k0", Task: schemas.TaskView{ID: "t", Dataset: "medcalcbench", Question: "q"},
@@ -215,18 +211,16 @@ func TestCancelEmbeddedState(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	kv, _ = conn.JS.KeyValue(ctx, schemas.BucketRuns)
-	e, err := kv.Get(ctx, "interrupted")
+	kv, err = bus.OpenBucket[schemas.RunStatus](ctx, conn, schemas.BucketRuns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rs schemas.RunStatus
-	if err := json.Unmarshal(e.Value(), &rs); err != nil || !rs.Finished || !rs.Cancelled || rs.Cancel != schemas.CancelDrop {
+	rs, _, err := kv.Get(ctx, "interrupted")
+	if err != nil || !rs.Finished || !rs.Cancelled || rs.Cancel != schemas.CancelDrop {
 		t.Fatalf("status %+v, %v", rs, err)
 	}
-	s, _ := conn.JS.Stream(ctx, schemas.StreamEpisodes)
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(schemas.EpisodeRequested.For("interrupted")))
-	if err != nil || len(info.State.Subjects) != 0 {
-		t.Fatalf("requests left: %v, %v", info.State.Subjects, err)
+	left, err := conn.SubjectCount(ctx, schemas.StreamEpisodes, schemas.EpisodeRequested.For("interrupted"))
+	if err != nil || left != 0 {
+		t.Fatalf("requests left: %d, %v", left, err)
 	}
 }

@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
@@ -328,16 +326,11 @@ func TestChaosExternalProcesses(t *testing.T) {
 
 // done reads the number of scored episodes of a run.
 func done(ctx context.Context, conn *bus.Conn, run string) int {
-	s, err := conn.JS.Stream(ctx, schemas.StreamScores)
+	n, err := conn.SubjectCount(ctx, schemas.StreamScores, schemas.EpisodeScored.For(run))
 	if err != nil {
 		return 0
 	}
-	subj := schemas.EpisodeScored.For(run)
-	info, err := s.Info(ctx, jsSubjects(subj))
-	if err != nil {
-		return 0
-	}
-	return int(info.State.Subjects[subj])
+	return int(n)
 }
 
 func tail(s string, n int) string {
@@ -377,8 +370,6 @@ func countRows(t *testing.T, path string) int {
 	}
 	return len(rows)
 }
-
-func jsSubjects(subj string) jetstream.StreamInfoOpt { return jetstream.WithSubjectFilter(subj) }
 
 func chaosTimeout() time.Duration {
 	if d, err := time.ParseDuration(os.Getenv("MEDGYM_CHAOS_TIMEOUT")); err == nil {

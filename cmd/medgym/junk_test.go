@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/bus/embedded"
 	"github.com/medgym/medgym/schemas"
@@ -48,7 +46,7 @@ func startMeteredPipeline(t *testing.T, ctx context.Context, f *runFlags) (*bus.
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Close)
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	m := bus.NewMetrics()
@@ -86,18 +84,9 @@ func allDrained(t *testing.T, ctx context.Context, conn *bus.Conn) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		busy := ""
-		for stream := range schemas.StreamSubjects {
-			s, err := conn.JS.Stream(ctx, stream)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lister := s.ListConsumers(ctx)
-			for ci := range lister.Info() {
-				if ci.Config.Durable != "" && (ci.NumPending > 0 || ci.NumAckPending > 0) {
-					busy = stream + "/" + ci.Name
-				}
-			}
+		busy, err := conn.BusyConsumer(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
 		if busy == "" {
 			return
@@ -111,15 +100,11 @@ func allDrained(t *testing.T, ctx context.Context, conn *bus.Conn) {
 
 func subjectCount(t *testing.T, ctx context.Context, conn *bus.Conn, stream, subject string) uint64 {
 	t.Helper()
-	s, err := conn.JS.Stream(ctx, stream)
+	n, err := conn.SubjectCount(ctx, stream, subject)
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subject))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Subjects[subject]
+	return n
 }
 
 // TestJunkFloodDoesNotLoop is issue 13 items 2 and 6 (worker side): an
@@ -146,7 +131,7 @@ func TestJunkFloodDoesNotLoop(t *testing.T) {
 	junk := []string{"", "null", "[]", "\x00garbage{"}
 	for subj := range consumedSubjects {
 		for _, body := range junk {
-			if _, err := conn.JS.Publish(ctx, subj.For("x"), []byte(body)); err != nil {
+			if err := conn.PublishRaw(ctx, subj.For("x"), []byte(body)); err != nil {
 				t.Fatalf("publish junk to %s: %v", subj.For("x"), err)
 			}
 		}
@@ -189,12 +174,12 @@ func TestJunkFloodDoesNotLoop(t *testing.T) {
 	if err := conn.Publish(ctx, schemas.RunSubmitted.For(spec.RunID), schemas.MsgID("run", spec.RunID), spec); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := conn.JS.KeyValue(ctx, schemas.BucketRuns)
+	kv, err := bus.OpenBucket[schemas.RunStatus](ctx, conn, schemas.BucketRuns)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for {
-		if _, err := kv.Get(ctx, spec.RunID); err == nil {
+		if _, _, err := kv.Get(ctx, spec.RunID); err == nil {
 			break
 		}
 		select {
@@ -283,13 +268,9 @@ func sandboxReachableDir(t *testing.T) string {
 
 func streamMsgsOf(t *testing.T, ctx context.Context, conn *bus.Conn, stream string) uint64 {
 	t.Helper()
-	s, err := conn.JS.Stream(ctx, stream)
+	n, err := conn.StreamCount(ctx, stream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
+	return n
 }

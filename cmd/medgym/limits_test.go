@@ -228,7 +228,7 @@ func startCluster(t *testing.T, ctx context.Context, sf serviceFlags, maxPayload
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	svcCtx, cancel := context.WithCancel(ctx)

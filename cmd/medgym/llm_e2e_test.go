@@ -390,7 +390,7 @@ func startPipeline(t *testing.T, ctx context.Context, f *runFlags) *pipeline {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Close)
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	svcCtx, stop := context.WithCancel(ctx)

@@ -62,7 +62,7 @@ func TestNATSOutageMidRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	r := startRun(t, ctx, conn, f, logs)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,8 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/bus/embedded"
@@ -396,7 +393,7 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 		return runResult{}, err
 	}
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
 		return runResult{}, err
 	}
 	svcErr := make(chan error, 1)
@@ -479,29 +476,19 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 // both when they differ. Scores from verifiers older than contract 1.2
 // carry no store: st is used.
 func verifierStore(ctx context.Context, conn *bus.Conn, runID string, st *store.Store, f *runFlags) (*store.Store, error) {
-	cons, err := conn.JS.OrderedConsumer(ctx, schemas.StreamScores, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{schemas.EpisodeScored.For(runID)}})
+	follow, err := bus.Follow[schemas.Score](ctx, conn, schemas.StreamScores, schemas.EpisodeScored.For(runID))
 	if err != nil {
 		return nil, fmt.Errorf("read the scores of run %s: %w", runID, err)
 	}
 	seen := map[string]bool{}
 	var locs []string
-	for {
-		batch, err := cons.FetchNoWait(500)
+	for m, err := range follow.Available() {
 		if err != nil {
 			return nil, fmt.Errorf("read the scores of run %s: %w", runID, err)
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			var sc schemas.Score
-			if json.Unmarshal(m.Data(), &sc) == nil && sc.Store != "" && !seen[sc.Store] {
-				seen[sc.Store] = true
-				locs = append(locs, sc.Store)
-			}
-		}
-		if n == 0 {
-			break
+		if sc := m.Value; sc.Store != "" && !seen[sc.Store] {
+			seen[sc.Store] = true
+			locs = append(locs, sc.Store)
 		}
 	}
 	switch {
@@ -549,34 +536,24 @@ func policyLabel(p schemas.PolicySpec) string {
 // the count of scored episodes per outcome, from the scores stream. It
 // rides out a NATS outage: a failed read is retried on the next tick.
 func follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quiet bool, svcErr <-chan error) (schemas.RunStatus, map[schemas.Outcome]int, error) {
-	kv, err := conn.JS.KeyValue(ctx, schemas.BucketRuns)
+	runs, err := bus.OpenBucket[schemas.RunStatus](ctx, conn, schemas.BucketRuns)
 	if err != nil {
-		return schemas.RunStatus{}, nil, fmt.Errorf("runs bucket: %w", err)
+		return schemas.RunStatus{}, nil, err
 	}
-	cons, err := conn.JS.OrderedConsumer(ctx, schemas.StreamScores, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{schemas.EpisodeScored.For(runID)}})
+	follow, err := bus.Follow[schemas.Score](ctx, conn, schemas.StreamScores, schemas.EpisodeScored.For(runID))
 	if err != nil {
 		return schemas.RunStatus{}, nil, fmt.Errorf("follow scores: %w", err)
 	}
 	outcomes := map[schemas.Outcome]int{}
 	seen := map[string]bool{}
 	readScores := func() {
-		for {
-			batch, err := cons.FetchNoWait(500)
+		for m, err := range follow.Available() {
 			if err != nil {
 				return
 			}
-			n := 0
-			for m := range batch.Messages() {
-				n++
-				var sc schemas.Score
-				if json.Unmarshal(m.Data(), &sc) == nil && strings.HasPrefix(sc.EpisodeID, runID+"--") && !seen[sc.EpisodeID] {
-					seen[sc.EpisodeID] = true
-					outcomes[sc.Outcome]++
-				}
-			}
-			if n == 0 {
-				return
+			if sc := m.Value; strings.HasPrefix(sc.EpisodeID, runID+"--") && !seen[sc.EpisodeID] {
+				seen[sc.EpisodeID] = true
+				outcomes[sc.Outcome]++
 			}
 		}
 	}
@@ -588,8 +565,8 @@ func follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quie
 	var st schemas.RunStatus
 	for {
 		readScores()
-		if e, err := kv.Get(ctx, runID); err == nil {
-			_ = json.Unmarshal(e.Value(), &st)
+		if cur, _, err := runs.Get(ctx, runID); err == nil {
+			st = cur
 		}
 		if st.Error != "" {
 			return st, nil, fmt.Errorf("run %s rejected by the dispatcher: %s", runID, st.Error)

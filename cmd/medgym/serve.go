@@ -35,7 +35,7 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
 		return err
 	}
 	fmt.Fprintln(stderr, "medgym serve: dispatcher, llm-worker, sandbox-worker and verifier on", schemas.RedactURL(*nats))

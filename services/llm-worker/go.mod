@@ -7,7 +7,6 @@ require (
 	github.com/medgym/medgym/bus v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/schemas v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/tasks v0.0.0-00010101000000-000000000000
-	github.com/nats-io/nats.go v1.55.0
 )
 
 require (
@@ -21,6 +20,7 @@ require (
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/nats-io/nats.go v1.55.0 // indirect
 	github.com/nats-io/nkeys v0.4.17 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect

@@ -2,14 +2,11 @@ package service
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/medgym/medgym/bus"
@@ -37,13 +34,13 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if cfg.MaxEpisodes <= 0 {
 		cfg.MaxEpisodes = dispatch.DefaultMaxEpisodes
 	}
-	kv, err := conn.JS.KeyValue(ctx, schemas.BucketRuns)
+	runs, err := bus.OpenBucket[schemas.RunStatus](ctx, conn, schemas.BucketRuns)
 	if err != nil {
-		return fmt.Errorf("dispatcher: runs bucket: %w", err)
+		return fmt.Errorf("dispatcher: %w", err)
 	}
-	doneKV, err := conn.JS.KeyValue(ctx, schemas.BucketCompletions)
+	done, err := bus.OpenBucket[[]byte](ctx, conn, schemas.BucketCompletions)
 	if err != nil {
-		return fmt.Errorf("dispatcher: completions bucket: %w", err)
+		return fmt.Errorf("dispatcher: %w", err)
 	}
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "medgym_dispatcher_scores_refused_total",
 		Help: "Scores the dispatcher did not count, by reason (unknown run, unplanned episode, duplicate, ...)."}, []string{"reason"})
@@ -53,10 +50,12 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 		}
 	}
 	d := dispatch.New(ctx, dispatch.Deps{
-		Runs:     runStore{kv},
-		Episodes: episodeStore{doneKV},
+		Runs:     runStore{runs},
+		Episodes: episodeStore{done},
 		Publish:  conn.Publish,
-		Purge:    func(ctx context.Context, run string) error { return purgeRequests(ctx, conn, run) },
+		Purge: func(ctx context.Context, run string) error {
+			return conn.Purge(ctx, schemas.StreamEpisodes, schemas.EpisodeRequested.For(run))
+		},
 		Load: func(ctx context.Context, spec schemas.RunSpec, ds string) ([]tasks.Task, error) {
 			return tasks.Load(ctx, tasks.Source{Dataset: ds, Split: spec.Split, DataRoot: cfg.DataRoot, TasksDir: spec.TasksDir, LibraryDir: cfg.LibraryDir})
 		},
@@ -68,16 +67,11 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	// Wake a run's loop on every score (core subscription: every dispatcher
 	// hears it). A wake-up only makes the loop re-count from the
 	// completions bucket, so a forged one changes nothing.
-	sub, err := conn.NC.Subscribe(schemas.EpisodeScored.Wildcard(), func(m *nats.Msg) {
-		var sc schemas.Score
-		if json.Unmarshal(m.Data, &sc) == nil {
-			d.Wake(sc.RunID)
-		}
-	})
+	stopWake, err := bus.Broadcast(conn, schemas.EpisodeScored.Wildcard(), func(sc schemas.Score) { d.Wake(sc.RunID) })
 	if err != nil {
-		return fmt.Errorf("dispatcher: subscribe scores: %w", err)
+		return fmt.Errorf("dispatcher: %w", err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer stopWake()
 
 	stopAdv, err := bus.WatchMaxDeliveries(ctx, conn, log)
 	if err != nil {
@@ -136,87 +130,53 @@ func deadLetterJunk(err error) error {
 	return err
 }
 
-// purgeRequests removes the run's episode requests still in the stream.
-func purgeRequests(ctx context.Context, conn *bus.Conn, run string) error {
-	s, err := conn.JS.Stream(ctx, schemas.StreamEpisodes)
-	if err != nil {
-		return fmt.Errorf("purge requests of run %s: %w", run, err)
-	}
-	if err := s.Purge(ctx, jetstream.WithPurgeSubject(schemas.EpisodeRequested.For(run))); err != nil {
-		return fmt.Errorf("purge requests of run %s: %w", run, err)
-	}
-	return nil
-}
-
-// kvErr maps the key-value store's errors to the domain's.
-func kvErr(err error) error {
+// storeErr maps the bus's key-value errors to the domain's.
+func storeErr(err error) error {
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case errors.Is(err, bus.ErrNotFound):
 		return fmt.Errorf("%w: %w", dispatch.ErrNotFound, err)
-	case errors.Is(err, jetstream.ErrKeyExists):
+	case errors.Is(err, bus.ErrConflict):
 		return fmt.Errorf("%w: %w", dispatch.ErrConflict, err)
 	}
 	return err
 }
 
-// runStore is dispatch.RunStore on the runs bucket (a JSON RunStatus per run).
-type runStore struct{ kv jetstream.KeyValue }
-
-func (s runStore) Runs(ctx context.Context) ([]string, error) {
-	keys, err := s.kv.Keys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
-	return keys, err
+// runStore is dispatch.RunStore on the runs bucket.
+type runStore struct {
+	b *bus.Bucket[schemas.RunStatus]
 }
 
+func (s runStore) Runs(ctx context.Context) ([]string, error) { return s.b.Keys(ctx) }
+
 func (s runStore) Get(ctx context.Context, runID string) (schemas.RunStatus, uint64, error) {
-	e, err := s.kv.Get(ctx, runID)
-	if err != nil {
-		return schemas.RunStatus{}, 0, kvErr(err)
-	}
-	var st schemas.RunStatus
-	if err := json.Unmarshal(e.Value(), &st); err != nil {
-		return st, 0, fmt.Errorf("decode run status %s: %w", runID, err)
-	}
-	return st, e.Revision(), nil
+	st, rev, err := s.b.Get(ctx, runID)
+	return st, rev, storeErr(err)
 }
 
 func (s runStore) Create(ctx context.Context, st schemas.RunStatus) (uint64, error) {
-	b, err := json.Marshal(st)
-	if err != nil {
-		return 0, err
-	}
-	rev, err := s.kv.Create(ctx, st.Spec.RunID, b)
-	return rev, kvErr(err)
+	rev, err := s.b.Create(ctx, st.Spec.RunID, st)
+	return rev, storeErr(err)
 }
 
 func (s runStore) Update(ctx context.Context, st schemas.RunStatus, rev uint64) (uint64, error) {
-	b, err := json.Marshal(st)
-	if err != nil {
-		return 0, err
-	}
-	rev, err = s.kv.Update(ctx, st.Spec.RunID, b, rev)
-	return rev, kvErr(err)
+	rev, err := s.b.Update(ctx, st.Spec.RunID, st, rev)
+	return rev, storeErr(err)
 }
 
 // episodeStore is dispatch.EpisodeStore on the completions bucket.
-type episodeStore struct{ kv jetstream.KeyValue }
+type episodeStore struct{ b *bus.Bucket[[]byte] }
 
 func (s episodeStore) Get(ctx context.Context, key string) ([]byte, uint64, error) {
-	e, err := s.kv.Get(ctx, key)
-	if err != nil {
-		return nil, 0, kvErr(err)
-	}
-	return e.Value(), e.Revision(), nil
+	v, rev, err := s.b.Get(ctx, key)
+	return v, rev, storeErr(err)
 }
 
 func (s episodeStore) Create(ctx context.Context, key string, chunk []byte) (uint64, error) {
-	rev, err := s.kv.Create(ctx, key, chunk)
-	return rev, kvErr(err)
+	rev, err := s.b.Create(ctx, key, chunk)
+	return rev, storeErr(err)
 }
 
 func (s episodeStore) Update(ctx context.Context, key string, chunk []byte, rev uint64) (uint64, error) {
-	rev, err := s.kv.Update(ctx, key, chunk, rev)
-	return rev, kvErr(err)
+	rev, err := s.b.Update(ctx, key, chunk, rev)
+	return rev, storeErr(err)
 }

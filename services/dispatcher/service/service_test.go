@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -12,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/medgym/medgym/bus"
@@ -43,7 +41,7 @@ type harness struct {
 	ctx     context.Context
 	conn    *bus.Conn
 	metrics *bus.Metrics
-	kv      jetstream.KeyValue
+	kv      *bus.Bucket[schemas.RunStatus]
 }
 
 func newHarness(t *testing.T, cfg Config, before func(h *harness)) *harness {
@@ -54,10 +52,10 @@ func newHarness(t *testing.T, cfg Config, before func(h *harness)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := conn.JS.KeyValue(ctx, schemas.BucketRuns)
+	kv, err := bus.OpenBucket[schemas.RunStatus](ctx, conn, schemas.BucketRuns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,18 +93,14 @@ func (h *harness) submit(spec schemas.RunSpec) {
 
 func (h *harness) status(run string) (schemas.RunStatus, uint64) {
 	h.t.Helper()
-	e, err := h.kv.Get(h.ctx, run)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	st, rev, err := h.kv.Get(h.ctx, run)
+	if errors.Is(err, bus.ErrNotFound) {
 		return schemas.RunStatus{}, 0
 	}
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	var st schemas.RunStatus
-	if err := json.Unmarshal(e.Value(), &st); err != nil {
-		h.t.Fatal(err)
-	}
-	return st, e.Revision()
+	return st, rev
 }
 
 // waitStatus polls the run's status until ok, failing after a minute.
@@ -132,12 +126,8 @@ func (h *harness) settle(run string) schemas.RunStatus {
 	h.t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		ci, err := h.conn.JS.Consumer(h.ctx, schemas.StreamScores, schemas.DurableDispatcherScores)
-		if err == nil {
-			info, err := ci.Info(h.ctx)
-			if err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
-				break
-			}
+		if n, err := h.conn.ConsumerBacklog(h.ctx, schemas.StreamScores, schemas.DurableDispatcherScores); err == nil && n == 0 {
+			break
 		}
 		if time.Now().After(deadline) {
 			h.t.Fatal("the dispatcher did not handle the scores within a minute")
@@ -155,23 +145,21 @@ func (h *harness) settle(run string) schemas.RunStatus {
 // requests returns the episode requests published for run so far.
 func (h *harness) requests(run string) []schemas.EpisodeRequest {
 	h.t.Helper()
-	cons, err := h.conn.JS.OrderedConsumer(h.ctx, schemas.StreamEpisodes, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{schemas.EpisodeRequested.For(run)}})
+	f, err := bus.Follow[schemas.EpisodeRequest](h.ctx, h.conn, schemas.StreamEpisodes, schemas.EpisodeRequested.For(run))
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	var out []schemas.EpisodeRequest
-	for {
-		m, err := cons.Next(jetstream.FetchMaxWait(300 * time.Millisecond))
-		if err != nil {
-			return out
-		}
-		r, err := schemas.Decode[schemas.EpisodeRequest](m.Data())
+	for m, err := range f.Available() {
 		if err != nil {
 			h.t.Fatal(err)
 		}
-		out = append(out, r)
+		out = append(out, m.Value)
 	}
+	if f.Skipped() > 0 {
+		h.t.Fatalf("%d requests of run %s do not decode", f.Skipped(), run)
+	}
+	return out
 }
 
 // score publishes a score on subject scored.<subjRun> with its own message
@@ -248,16 +236,12 @@ func TestForgedScoresDoNotFinishRun(t *testing.T) {
 	st = h.settle(run)
 	// Positive control: the old accounting counted the messages on the
 	// run's score subject, which now exceed the run's size.
-	s, err := h.conn.JS.Stream(h.ctx, schemas.StreamScores)
-	if err != nil {
-		t.Fatal(err)
-	}
 	subj := schemas.EpisodeScored.For(run)
-	info, err := s.Info(h.ctx, jetstream.WithSubjectFilter(subj))
+	count, err := h.conn.SubjectCount(h.ctx, schemas.StreamScores, subj)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := int(info.State.Subjects[subj]); n < st.Total {
+	if n := int(count); n < st.Total {
 		t.Fatalf("control: %d messages on %s, want ≥ %d", n, subj, st.Total)
 	}
 	if st.Finished || st.Done != 1 || st.Published != 3 {
@@ -301,10 +285,9 @@ func TestCancelRun(t *testing.T) {
 		for {
 			st, rev := h.status(run)
 			st.Cancel = mode
-			b, _ := json.Marshal(st)
-			if _, err := h.kv.Update(h.ctx, run, b, rev); err == nil {
+			if _, err := h.kv.Update(h.ctx, run, st, rev); err == nil {
 				return
-			} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			} else if !errors.Is(err, bus.ErrConflict) {
 				t.Fatal(err)
 			}
 		}
@@ -349,8 +332,7 @@ func TestRefusesTooLargeRuns(t *testing.T) {
 		// A spec a dispatcher without a bound accepted: resuming it must
 		// not plan it.
 		recorded.Spec = h.spec("recorded", 0, 2_000_000_000, 0)
-		b, _ := json.Marshal(recorded)
-		if _, err := h.kv.Create(h.ctx, "recorded", b); err != nil {
+		if _, err := h.kv.Create(h.ctx, "recorded", recorded); err != nil {
 			t.Fatal(err)
 		}
 	})

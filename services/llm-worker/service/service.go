@@ -2,14 +2,11 @@ package service
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/medgym/medgym/agent/episode"
 	"github.com/medgym/medgym/bus"
@@ -51,8 +48,8 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 		cfg.AckWait = 60 * time.Second
 	}
 	// Episode state over the server's max payload is offloaded to the
-	// blob store (bus.StateKV), so no output size can fail a save.
-	kv, err := conn.StateKV(ctx, schemas.BucketEpisodes)
+	// blob store (bus.OpenStateBucket), so no output size can fail a save.
+	states, err := bus.OpenStateBucket[schemas.EpisodeState](ctx, conn, schemas.BucketEpisodes)
 	if err != nil {
 		return fmt.Errorf("llm-worker: episode state bucket: %w", err)
 	}
@@ -78,7 +75,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if err != nil {
 		return fmt.Errorf("llm-worker: %w", err)
 	}
-	w := &worker.Worker{States: stateStore{kv}, Publish: conn.Publish, Admit: runs.Admit, Engine: eng}
+	w := &worker.Worker{States: stateStore{states}, Publish: conn.Publish, Admit: runs.Admit, Engine: eng}
 	rt, err := bus.NewRouter(conn, log)
 	if err != nil {
 		return err
@@ -108,47 +105,34 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 
 // stateStore is worker.StateStore on the episode-state bucket (JSON, large
 // states offloaded to the blob store).
-type stateStore struct{ kv *bus.StateKV }
+type stateStore struct {
+	b *bus.Bucket[schemas.EpisodeState]
+}
 
-// kvErr maps the bucket's errors to the worker's.
-func kvErr(err error) error {
+// storeErr maps the bus's key-value errors to the worker's.
+func storeErr(err error) error {
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case errors.Is(err, bus.ErrNotFound):
 		return fmt.Errorf("%w: %w", worker.ErrNotFound, err)
-	case errors.Is(err, jetstream.ErrKeyExists):
+	case errors.Is(err, bus.ErrConflict):
 		return fmt.Errorf("%w: %w", worker.ErrConflict, err)
 	}
 	return err
 }
 
 func (s stateStore) Get(ctx context.Context, id string) (schemas.EpisodeState, uint64, error) {
-	v, rev, err := s.kv.Get(ctx, id)
-	if err != nil {
-		return schemas.EpisodeState{}, 0, kvErr(err)
-	}
-	var st schemas.EpisodeState
-	if err := json.Unmarshal(v, &st); err != nil {
-		return st, 0, bus.Permanent(fmt.Errorf("decode episode state %s: %w", id, err))
-	}
-	return st, rev, nil
+	st, rev, err := s.b.Get(ctx, id)
+	return st, rev, storeErr(err)
 }
 
 func (s stateStore) Create(ctx context.Context, st schemas.EpisodeState) error {
-	b, err := json.Marshal(st)
-	if err != nil {
-		return bus.Permanent(fmt.Errorf("encode episode state: %w", err))
-	}
-	_, err = s.kv.Create(ctx, st.Request.EpisodeID, b)
-	return kvErr(err)
+	_, err := s.b.Create(ctx, st.Request.EpisodeID, st)
+	return storeErr(err)
 }
 
 func (s stateStore) Update(ctx context.Context, st schemas.EpisodeState, rev uint64) error {
-	b, err := json.Marshal(st)
-	if err != nil {
-		return bus.Permanent(fmt.Errorf("encode episode state: %w", err))
-	}
-	_, err = s.kv.Update(ctx, st.Request.EpisodeID, b, rev)
-	return kvErr(err)
+	_, err := s.b.Update(ctx, st.Request.EpisodeID, st, rev)
+	return storeErr(err)
 }
 
 // ClientDefaults configures OpenAI-compatible clients (re-exported for the

@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/services/sandbox-worker/internal/sandbox"
@@ -57,19 +55,15 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	}
 	// Episodes end on any worker; every sandbox worker hears it (core NATS
 	// subscription, not a shared durable) and releases its workspace.
-	sub, err := conn.NC.Subscribe(schemas.EpisodeCompleted.Wildcard(), func(m *nats.Msg) {
-		res, err := schemas.Decode[schemas.EpisodeResult](m.Data)
-		if err != nil {
-			return
-		}
+	stopRelease, err := bus.Broadcast(conn, schemas.EpisodeCompleted.Wildcard(), func(res schemas.EpisodeResult) {
 		if err := sb.Release(res.Request.EpisodeID); err != nil {
 			log.Warn("release sandbox", "episode", res.Request.EpisodeID, "err", err)
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("sandbox-worker: subscribe to completed episodes: %w", err)
+		return fmt.Errorf("sandbox-worker: completed episodes: %w", err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer stopRelease()
 
 	runs, err := bus.NewRuns(ctx, conn)
 	if err != nil {

@@ -41,7 +41,7 @@ func (d *Dispatcher) loop(ctx context.Context, stop <-chan struct{}, rs *runStat
 			continue // another writer moved the status on: re-read now
 		case err != nil:
 			if failing == nil {
-				d.deps.Log.Warn("run loop: a store or publish failed; retrying until it succeeds", "run", run, "err", err)
+				d.deps.Log.Warn("run loop: NATS operation failed; retrying until it succeeds", "run", run, "err", err)
 			}
 			failing = err
 			failures++
@@ -54,7 +54,7 @@ func (d *Dispatcher) loop(ctx context.Context, stop <-chan struct{}, rs *runStat
 			continue
 		}
 		if failing != nil {
-			d.deps.Log.Info("run loop: stores reachable again", "run", run, "failed_attempts", failures)
+			d.deps.Log.Info("run loop: NATS reachable again", "run", run, "failed_attempts", failures)
 			failing, failures = nil, 0
 		}
 		select {

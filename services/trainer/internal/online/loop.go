@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,9 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/schemas"
@@ -81,7 +77,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer, log *slog.Logger) ([]Re
 		return nil, err
 	}
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
 		return nil, err
 	}
 	st, err := store.Open(ctx, cfg.Store, store.Options{})
@@ -258,23 +254,21 @@ func (l *Loop) taskIDs(it int) []string {
 func (l *Loop) waitScores(ctx context.Context, runID string, total int) (map[string]schemas.Score, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(l.cfg.WaitTimeout))
 	defer cancel()
-	cons, err := l.conn.JS.OrderedConsumer(ctx, schemas.StreamScores, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{schemas.EpisodeScored.For(runID)}})
+	follow, err := bus.Follow[schemas.Score](ctx, l.conn, schemas.StreamScores, schemas.EpisodeScored.For(runID))
 	if err != nil {
 		return nil, fmt.Errorf("follow scores of %s: %w", runID, err)
 	}
-	kv, err := l.conn.JS.KeyValue(ctx, schemas.BucketRuns)
+	runs, err := bus.OpenBucket[schemas.RunStatus](ctx, l.conn, schemas.BucketRuns)
 	if err != nil {
-		return nil, fmt.Errorf("runs bucket: %w", err)
+		return nil, err
 	}
 	scores := map[string]schemas.Score{}
+	skipped := 0
 	for total == 0 || len(scores) < total {
-		msg, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+		m, ok, err := follow.Next(time.Second)
 		switch {
 		case ctx.Err() != nil:
 			return nil, fmt.Errorf("run %s: %d/%d scores: %w", runID, len(scores), total, ctx.Err())
-		case errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
-			// no score within the wait: look again
 		case err != nil:
 			// NATS is down or restarting: the ordered consumer resumes
 			// after the last score it delivered, so wait and look again
@@ -284,23 +278,19 @@ func (l *Loop) waitScores(ctx context.Context, runID string, total int) (map[str
 			case <-ctx.Done():
 			case <-time.After(time.Second):
 			}
-		default:
-			sc, err := schemas.Decode[schemas.Score](msg.Data())
-			if err != nil {
-				l.log.Warn("undecodable score", "run", runID, "err", err)
-				continue
-			}
-			scores[sc.EpisodeID] = sc
+		case ok:
+			scores[m.Value.EpisodeID] = m.Value
+		}
+		if n := follow.Skipped(); n > skipped {
+			l.log.Warn("undecodable scores skipped", "run", runID, "count", n-skipped)
+			skipped = n
 		}
 		if len(l.cfg.TaskIDs) == 0 {
-			if e, err := kv.Get(ctx, runID); err == nil {
-				var rs schemas.RunStatus
-				if json.Unmarshal(e.Value(), &rs) == nil {
-					if rs.Error != "" {
-						return nil, fmt.Errorf("run %s rejected by the dispatcher: %s", runID, rs.Error)
-					}
-					total = rs.Total
+			if rs, _, err := runs.Get(ctx, runID); err == nil {
+				if rs.Error != "" {
+					return nil, fmt.Errorf("run %s rejected by the dispatcher: %s", runID, rs.Error)
 				}
+				total = rs.Total
 			}
 		}
 	}

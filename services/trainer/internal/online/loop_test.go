@@ -15,8 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/services/trainer/internal/online"
 	"github.com/medgym/medgym/services/trainer/internal/testenv"
@@ -205,21 +204,19 @@ func TestOnlineLoopResumesAfterKill(t *testing.T) {
 	}
 
 	// One announcement per version, despite the resume.
-	cons, err := env.Conn.JS.OrderedConsumer(ctx, schemas.StreamPolicy, jetstream.OrderedConsumerConfig{})
+	follow, err := bus.Follow[schemas.PolicyVersion](ctx, env.Conn, schemas.StreamPolicy, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var versions []int
-	for {
-		m, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+	for m, err := range follow.Available() {
 		if err != nil {
-			break
-		}
-		var pv schemas.PolicyVersion
-		if err := json.Unmarshal(m.Data(), &pv); err != nil {
 			t.Fatal(err)
 		}
-		versions = append(versions, pv.Version)
+		versions = append(versions, m.Value.Version)
+	}
+	if follow.Skipped() > 0 {
+		t.Fatalf("%d policy announcements do not decode", follow.Skipped())
 	}
 	if !slices.Equal(versions, []int{1, 2, 3}) {
 		t.Fatalf("policy announcements %v, want [1 2 3]", versions)

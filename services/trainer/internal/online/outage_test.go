@@ -41,7 +41,7 @@ func TestWaitScoresRidesOutNATSOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	score := func(i int) {

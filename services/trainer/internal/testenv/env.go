@@ -2,7 +2,6 @@ package testenv
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -11,8 +10,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/bus/embedded"
@@ -85,7 +82,7 @@ func Start(t testing.TB, nTasks int) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// MedCalc tasks need no data files, but the sandbox (uid 65534) must be
@@ -167,23 +164,18 @@ func (e *Env) Run(t testing.TB, ctx context.Context, spec schemas.RunSpec) []sch
 	if err := e.Conn.Publish(ctx, schemas.RunSubmitted.For(spec.RunID), schemas.MsgID("run", spec.RunID), spec); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := e.Conn.JS.OrderedConsumer(ctx, schemas.StreamScores, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{schemas.EpisodeScored.For(spec.RunID)}})
+	follow, err := bus.Follow[schemas.Score](ctx, e.Conn, schemas.StreamScores, schemas.EpisodeScored.For(spec.RunID))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := len(spec.TaskIDs) * spec.Samples
 	seen := map[string]schemas.Score{}
 	for len(seen) < want {
-		m, err := cons.Next(jetstream.FetchMaxWait(30 * time.Second))
-		if err != nil {
+		m, ok, err := follow.Next(30 * time.Second)
+		if err != nil || !ok {
 			t.Fatalf("run %s: %d/%d scores: %v", spec.RunID, len(seen), want, err)
 		}
-		var sc schemas.Score
-		if err := json.Unmarshal(m.Data(), &sc); err != nil {
-			t.Fatal(err)
-		}
-		seen[sc.EpisodeID] = sc
+		seen[m.Value.EpisodeID] = m.Value
 	}
 	out := make([]schemas.Score, 0, len(seen))
 	for _, s := range seen {

@@ -1,0 +1,14 @@
+// Package archtest holds medgym's architecture rules as a test over
+// `go list -deps -test` of every module in go.work:
+//
+//   - no package outside bus (the github.com/medgym/medgym/bus tree)
+//     imports github.com/nats-io/...: transport stays in bus;
+//   - no service imports another service (services/X never imports
+//     services/Y): services meet only on the bus, through schemas;
+//   - the trainer's module does not require another service's module.
+//
+// Each rule is checked against planted violations in testdata (a positive
+// control), so the test is known to be able to fail. Exceptions are listed
+// in KnownViolations, exactly: the test fails on a new violation and on a
+// listed one that is gone (so the list only shrinks).
+package archtest

@@ -1,0 +1,3 @@
+module github.com/medgym/medgym/archtest
+
+go 1.26.8

@@ -1,0 +1,2 @@
+// Package cross is a planted violation, in its test only.
+package cross

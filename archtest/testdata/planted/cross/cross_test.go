@@ -1,0 +1,9 @@
+package cross
+
+import (
+	"testing"
+
+	_ "github.com/medgym/medgym/services/dispatcher/internal/dispatch"
+)
+
+func TestNothing(t *testing.T) {}
