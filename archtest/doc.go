@@ -5,6 +5,7 @@
 //     imports github.com/nats-io/...: transport stays in bus;
 //   - no service imports another service (services/X never imports
 //     services/Y): services meet only on the bus, through schemas;
+//   - schemas, the wire contract, imports the standard library only;
 //   - the trainer's module does not require another service's module.
 //
 // Each rule is checked against planted violations in testdata (a positive

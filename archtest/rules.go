@@ -22,7 +22,7 @@ type Package struct {
 // ListDeps runs `go list -e -deps -test` in dir on patterns and returns
 // the packages, test variants included. env is added to the environment.
 func ListDeps(dir string, env []string, patterns ...string) ([]Package, error) {
-	args := append([]string{"list", "-e", "-deps", "-test", "-f", "{{.ImportPath}}\t{{join .Imports \" \"}}"}, patterns...)
+	args := append([]string{"list", "-e", "-deps", "-test", "-f", "{{.ImportPath}}\t{{join .Imports \",\"}}"}, patterns...)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = dir
 	cmd.Env = append(cmd.Environ(), env...)
@@ -37,7 +37,11 @@ func ListDeps(dir string, env []string, patterns ...string) ([]Package, error) {
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
 		path, imports, _ := strings.Cut(sc.Text(), "\t")
-		pkgs = append(pkgs, Package{ImportPath: path, Imports: strings.Fields(imports)})
+		var imps []string
+		if imports != "" {
+			imps = strings.Split(imports, ",") // test variants hold spaces: "p [p.test]"
+		}
+		pkgs = append(pkgs, Package{ImportPath: path, Imports: imps})
 	}
 	return pkgs, sc.Err()
 }
@@ -75,11 +79,20 @@ const (
 	RuleNATS         = "nats-outside-bus"
 	RuleCrossService = "service-imports-service"
 	RuleTrainerMod   = "trainer-requires-service"
+	RuleSchemasStd   = "schemas-not-stdlib"
 )
 
+// stdlib reports whether an import path is the standard library's (its
+// first element has no dot).
+func stdlib(path string) bool {
+	first, _, _ := strings.Cut(path, "/")
+	return !strings.Contains(first, ".")
+}
+
 // CheckImports applies the import rules to pkgs: medgym packages outside
-// bus importing github.com/nats-io/..., and packages of one service
-// importing another's. The result is sorted and without duplicates.
+// bus importing github.com/nats-io/..., packages of one service importing
+// another's, and schemas (the wire contract) importing anything but the
+// standard library. The result is sorted and without duplicates.
 func CheckImports(pkgs []Package) []Violation {
 	var out []Violation
 	for _, p := range pkgs {
@@ -88,8 +101,14 @@ func CheckImports(pkgs []Package) []Violation {
 			continue
 		}
 		for _, imp := range p.Imports {
+			if imp = owner(imp); imp == from {
+				continue // a test variant importing the package it tests
+			}
 			if strings.HasPrefix(imp, "github.com/nats-io/") && !inBus(from) {
 				out = append(out, Violation{RuleNATS, from, imp})
+			}
+			if from == Prefix+"schemas" && !stdlib(imp) {
+				out = append(out, Violation{RuleSchemasStd, from, imp})
 			}
 			if s, t := service(from), service(imp); s != "" && t != "" && s != t {
 				out = append(out, Violation{RuleCrossService, from, imp})

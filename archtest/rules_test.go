@@ -28,6 +28,13 @@ func TestPlantedViolationsAreFound(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("planted import violations:\n got %v\nwant %v", got, want)
 	}
+	pkgs, err = ListDeps(filepath.Join("testdata", "schemas"), offline, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := CheckImports(pkgs), []Violation{{RuleSchemasStd, Prefix + "schemas", "github.com/apache/arrow-go/v18/arrow"}}; !slices.Equal(got, want) {
+		t.Fatalf("planted schemas import:\n got %v\nwant %v", got, want)
+	}
 	mod, err := exec.Command("go", "mod", "edit", "-json", filepath.Join("testdata", "trainer", "go.mod")).Output()
 	if err != nil {
 		t.Fatal(err)

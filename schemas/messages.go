@@ -725,6 +725,14 @@ type PolicyVersion struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
+// Validate checks an announcement: a version ≥ 1 of a named model.
+func (p PolicyVersion) Validate() error {
+	if p.Version < 1 || p.Model == "" {
+		return fmt.Errorf("policy version %d of model %q: want version ≥ 1 and a model", p.Version, p.Model)
+	}
+	return nil
+}
+
 // Validator is implemented by every message type.
 type Validator interface{ Validate() error }
 

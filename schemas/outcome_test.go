@@ -40,3 +40,18 @@ func TestOutcomesAcrossVersions(t *testing.T) {
 		t.Errorf("%d outcomes, the test covers %d", len(Outcomes), len(want)+1)
 	}
 }
+
+func TestPolicyVersionValidate(t *testing.T) {
+	for _, tc := range []struct {
+		pv PolicyVersion
+		ok bool
+	}{
+		{PolicyVersion{Version: 1, Model: "m"}, true},
+		{PolicyVersion{Version: 0, Model: "m"}, false},
+		{PolicyVersion{Version: 2}, false},
+	} {
+		if err := tc.pv.Validate(); (err == nil) != tc.ok {
+			t.Errorf("%+v: Validate() = %v, want ok %v", tc.pv, err, tc.ok)
+		}
+	}
+}

@@ -78,7 +78,6 @@ const (
 	DurableVerifierObs      = "verifier-observations"
 	DurableVerifierResults  = "verifier-results"
 	DurableDispatcherDead   = "dispatcher-deadletters"
-	DurableSandboxResults   = "sandbox-worker-results"
 )
 
 // Key-value buckets.

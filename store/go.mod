@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/duckdb/duckdb-go/v2 v2.10506.0
 	github.com/medgym/medgym/schemas v0.0.0-00010101000000-000000000000
+	github.com/medgym/medgym/schemas/parquet v0.0.0-00010101000000-000000000000
 	github.com/minio/minio-go/v7 v7.4.1
 )
 
@@ -48,3 +49,5 @@ require (
 )
 
 replace github.com/medgym/medgym/schemas => ../schemas
+
+replace github.com/medgym/medgym/schemas/parquet => ../schemas/parquet

@@ -6,6 +6,7 @@ require (
 	github.com/apache/arrow-go/v18 v18.8.0
 	github.com/medgym/medgym/bus v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/schemas v0.0.0-00010101000000-000000000000
+	github.com/medgym/medgym/schemas/parquet v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/services/dispatcher v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/services/llm-worker v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/services/sandbox-worker v0.0.0-00010101000000-000000000000
@@ -102,6 +103,7 @@ replace (
 	github.com/medgym/medgym/agent => ../../agent
 	github.com/medgym/medgym/bus => ../../bus
 	github.com/medgym/medgym/schemas => ../../schemas
+	github.com/medgym/medgym/schemas/parquet => ../../schemas/parquet
 	github.com/medgym/medgym/services/dispatcher => ../dispatcher
 	github.com/medgym/medgym/services/llm-worker => ../llm-worker
 	github.com/medgym/medgym/services/sandbox-worker => ../sandbox-worker

@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/medgym/medgym/bus v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/schemas v0.0.0-00010101000000-000000000000
+	github.com/medgym/medgym/schemas/parquet v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/store v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/tasks v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
@@ -67,6 +68,7 @@ require (
 
 replace (
 	github.com/medgym/medgym/schemas => ../../schemas
+	github.com/medgym/medgym/schemas/parquet => ../../schemas/parquet
 	github.com/medgym/medgym/tasks => ../../tasks
 )
 

@@ -223,7 +223,7 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 	}
 	pv := schemas.PolicyVersion{Version: v + 1, Model: c.Serving.BaseModel, Adapter: rep.Adapter, CreatedAt: time.Now().UTC()}
 	if err := l.conn.Publish(ctx, schemas.PolicyUpdated.For(strconv.Itoa(v+1)),
-		schemas.MsgID("policy", c.RunPrefix, v+1), policyMsg{pv}); err != nil {
+		schemas.MsgID("policy", c.RunPrefix, v+1), pv); err != nil {
 		return rep, s, err
 	}
 	rep.LoadingS = time.Since(t3).Seconds()
@@ -397,18 +397,6 @@ func (l *Loop) loadAdapter(ctx context.Context, name, path string) error {
 		return nil
 	}
 	return fmt.Errorf("load adapter %s from %s: %s: %s", name, path, resp.Status, msg)
-}
-
-// policyMsg gives schemas.PolicyVersion the Validate method bus.Publish
-// needs (the contract type has none yet); it encodes as the plain struct.
-type policyMsg struct{ schemas.PolicyVersion }
-
-// Validate checks the announcement.
-func (p policyMsg) Validate() error {
-	if p.Version < 1 || p.Model == "" {
-		return fmt.Errorf("policy version %d of model %q: want version ≥ 1 and a model", p.Version, p.Model)
-	}
-	return nil
 }
 
 func writeJSON(path string, v any) error {

@@ -1,0 +1,3 @@
+module github.com/medgym/medgym/schemas
+
+go 1.26.8
