@@ -73,6 +73,7 @@ const (
 	colCompletionTokens
 	colMessages
 	colTurns
+	colObservationRole
 	numCols
 )
 
@@ -106,6 +107,7 @@ var schema = arrow.NewSchema([]arrow.Field{
 	colCompletionTokens: {Name: "completion_tokens", Type: arrow.PrimitiveTypes.Int64},
 	colMessages:         {Name: "messages", Type: arrow.ListOfNonNullable(messageType)},
 	colTurns:            {Name: "turns", Type: arrow.ListOfNonNullable(turnType)},
+	colObservationRole:  str("observation_role"),
 }, func() *arrow.Metadata {
 	m := arrow.NewMetadata([]string{MetadataVersionKey}, []string{SchemaVersion})
 	return &m
@@ -181,6 +183,7 @@ func appendRow(b *array.RecordBuilder, r *Row) {
 	lb := b.Field(colTurns).(*array.ListBuilder)
 	lb.Append(true)
 	appendTurns(lb.ValueBuilder().(*array.StructBuilder), r.Turns)
+	s(colObservationRole, r.ObservationRole)
 }
 
 func appendTurns(sb *array.StructBuilder, turns []Turn) {
@@ -300,6 +303,8 @@ func readColumn(c int, a arrow.Array, rows []Row) error {
 		return readMessages(a, rows)
 	case colTurns:
 		return readTurns(a, rows)
+	case colObservationRole:
+		return readStrings(a, rows, func(r *Row, v string) { r.ObservationRole = v })
 	}
 	return nil
 }

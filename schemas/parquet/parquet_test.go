@@ -46,7 +46,7 @@ func sampleResult() (schemas.EpisodeResult, schemas.Score) {
 			Policy: schemas.PolicySpec{Name: schemas.PolicyOpenAI, Model: "qwen", Temperature: &temp, Version: 5},
 		},
 		Messages: []schemas.ChatMessage{{Role: "system", Content: "be precise"}, {Role: "user", Content: "how many?"},
-			{Role: "assistant", Content: `{"action":"validate_code"}`}},
+			{Role: "assistant", Content: `{"action":"validate_code"}`}, {Role: "tool", Content: "1\n"}},
 		Turns: []schemas.Turn{
 			{Index: 0, RawText: "r0", Reasoning: "think", FinishReason: "stop", ActionName: "validate_code",
 				ParamsJSON: `{"code":"print(1)"}`, Observation: "1\n", ExecStatus: "ok", ExitCode: 0, Files: map[string]string{"predictions.csv": "id,prediction\n1,0\n"},
@@ -92,6 +92,14 @@ func TestFromEpisode(t *testing.T) {
 	}
 	if r.Turns[0].FilesJSON != `{"predictions.csv":"id,prediction\n1,0\n"}` || r.Turns[1].FilesJSON != "" {
 		t.Errorf("files_json: %q / %q", r.Turns[0].FilesJSON, r.Turns[1].FilesJSON)
+	}
+	// The observation role is what the model was sent; rows from before
+	// schema version 3 (no column) read it as "user".
+	if r.ObservationRole != "tool" || r.ObsRole() != "tool" {
+		t.Errorf("observation role %q, want tool (the role sent)", r.ObservationRole)
+	}
+	if old := (parquet.Row{}); old.ObsRole() != "user" {
+		t.Errorf("a row without the column reads observation role %q, want user", old.ObsRole())
 	}
 }
 

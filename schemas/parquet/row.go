@@ -10,7 +10,7 @@ import (
 // SchemaVersion is the version of the trajectory schema. Bump it on any
 // change to the columns, together with testdata/schema.golden and the table
 // in schemas/README.md.
-const SchemaVersion = "2"
+const SchemaVersion = "3"
 
 // Row is one episode: the Go form of one row of a trajectory file.
 type Row struct {
@@ -45,6 +45,40 @@ type Row struct {
 	CompletionTokens int64
 	Messages         []Message
 	Turns            []Turn
+	// ObservationRole is the role observations were sent to the model
+	// with when the episode was sampled ("user" for every llm-worker so
+	// far); trainers render the conversation with it, so a model is
+	// trained on the context it was sampled in. Added in schema version
+	// 3; older rows read back "" (use ObsRole, which says "user").
+	ObservationRole string
+}
+
+// DefaultObservationRole is the observation role of rows written before
+// schema version 3: the llm-worker has always sent observations as user
+// messages (as upstream does).
+const DefaultObservationRole = "user"
+
+// ObsRole is the role observations had when the episode was sampled.
+func (r *Row) ObsRole() string {
+	if r.ObservationRole == "" {
+		return DefaultObservationRole
+	}
+	return r.ObservationRole
+}
+
+// observationRole is the role of the first non-assistant message after the
+// first assistant message: what the model was shown as an observation.
+func observationRole(msgs []schemas.ChatMessage) string {
+	seen := false
+	for _, m := range msgs {
+		switch {
+		case m.Role == "assistant":
+			seen = true
+		case seen:
+			return m.Role
+		}
+	}
+	return DefaultObservationRole
 }
 
 // Message is one chat message of the episode, in order.
@@ -111,6 +145,7 @@ func FromEpisode(res schemas.EpisodeResult, sc schemas.Score, verifierMode strin
 		VerifierVersion: sc.VerifierVersion,
 		VerifierMode:    verifierMode,
 		SchemaVersion:   SchemaVersion,
+		ObservationRole: observationRole(res.Messages),
 	}
 	if req.Policy.Temperature != nil {
 		t := *req.Policy.Temperature

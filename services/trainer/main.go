@@ -77,7 +77,8 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Var((*listFlag)(&f.Models), "model", "only these models (repeatable)")
 	fs.Var((*listFlag)(&f.VerifierVersions), "verifier-version", "only these verifier versions (repeatable)")
 	fs.BoolVar(&f.IncludeInfra, "include-infra", false, "keep infra_failure and sandbox_error episodes (excluded by default)")
-	fs.StringVar(&o.ObsRole, "obs-role", "tool", "role of observation turns: tool or user")
+	fs.StringVar(&o.ObsRole, "obs-role", train.ObsSampled, "role of observation turns: sampled (as the model saw them), tool or user")
+	fs.StringVar(&o.SFTFormatErrors, "sft-format-errors", train.FormatMask, "SFT turns that failed to parse: mask (no loss), drop (the episode) or keep")
 	fs.IntVar(&o.MaxCrossPairs, "max-cross-pairs", 4, "cross-episode DPO pairs per task")
 	fs.BoolVar(&o.NoCrossPairs, "no-cross-pairs", false, "only upstream's within-episode DPO pairs")
 	fs.Int64Var(&o.Seed, "seed", 1, "seed of the verifier-data balancing")
@@ -90,8 +91,11 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *storeURL == "" || *out == "" {
 		return errors.New("build: --store and --out are required")
 	}
-	if o.ObsRole != "tool" && o.ObsRole != "user" {
-		return fmt.Errorf("build: --obs-role %q (want tool or user)", o.ObsRole)
+	if o.ObsRole != train.ObsSampled && o.ObsRole != "tool" && o.ObsRole != "user" {
+		return fmt.Errorf("build: --obs-role %q (want sampled, tool or user)", o.ObsRole)
+	}
+	if o.SFTFormatErrors != train.FormatMask && o.SFTFormatErrors != train.FormatDrop && o.SFTFormatErrors != train.FormatKeep {
+		return fmt.Errorf("build: --sft-format-errors %q (want mask, drop or keep)", o.SFTFormatErrors)
 	}
 	st, err := store.Open(ctx, *storeURL, store.Options{})
 	if err != nil {

@@ -84,7 +84,15 @@ type GRPO struct {
 	Eps              float64 `json:"eps,omitempty"`
 	Scale            string  `json:"scale,omitempty"`
 	DropZeroVariance bool    `json:"drop_zero_variance"`
+	// FormatWeight weighs the format reward (the share of turns that parsed
+	// as an action) added to the verifier's correctness reward (upstream
+	// §6.2: correctness + format; the paper gives no weights). Default
+	// DefaultFormatWeight; 0 turns it off.
+	FormatWeight *float64 `json:"format_weight,omitempty"`
 }
+
+// DefaultFormatWeight is the default weight of the format reward.
+const DefaultFormatWeight = 0.1
 
 // Staleness bounds how old the samples of a batch may be. A batch holds
 // the current iteration's run and the runs of the Replay iterations before
@@ -176,6 +184,10 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.GRPO.Scale == "" {
 		c.GRPO.Scale = "group"
+	}
+	if c.GRPO.FormatWeight == nil {
+		w := DefaultFormatWeight
+		c.GRPO.FormatWeight = &w
 	}
 	if c.Stale.Mode == "" {
 		c.Stale.Mode = "drop"

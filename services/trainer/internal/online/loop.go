@@ -52,6 +52,18 @@ type Report struct {
 	TrainingS float64        `json:"training_s"`
 	LoadingS  float64        `json:"loading_s"`
 	Train     map[string]any `json:"train,omitempty"`
+	// Recipe is the sampling and reward recipe of the iteration; the
+	// step's own (lr, β, KL, steps) is Train["recipe"].
+	Recipe Recipe `json:"recipe"`
+}
+
+// Recipe records the settings an iteration ran with.
+type Recipe struct {
+	Temperature  float64 `json:"temperature"`
+	Samples      int     `json:"samples"`
+	FormatWeight float64 `json:"format_weight"`
+	AdvScale     string  `json:"adv_scale"`
+	AdvEps       float64 `json:"adv_eps"`
 }
 
 // Loop runs the online iterations.
@@ -145,7 +157,9 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 	if s.Adapter != "" {
 		model = s.Adapter
 	}
-	rep := Report{Iteration: it, RunID: runID, FromVersion: v, ToVersion: v + 1, Adapter: l.AdapterName(v + 1)}
+	rep := Report{Iteration: it, RunID: runID, FromVersion: v, ToVersion: v + 1, Adapter: l.AdapterName(v + 1),
+		Recipe: Recipe{Temperature: *c.Temperature, Samples: c.Samples, FormatWeight: *c.GRPO.FormatWeight,
+			AdvScale: c.GRPO.Scale, AdvEps: c.GRPO.Eps}}
 
 	// 1. Sample: submit the batch and follow its scores as they stream in.
 	t0 := time.Now()
@@ -190,10 +204,11 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 	kept, weights := l.staleness(rows, v, &rep)
 	eps := make([]*train.Episode, len(kept))
 	for i := range kept {
-		eps[i] = train.NewEpisode(&kept[i], train.RoleTool)
+		eps[i] = train.NewEpisode(&kept[i], train.ObsSampled)
 	}
 	recs, gst := train.GRPO(eps, train.GRPOOptions{Eps: c.GRPO.Eps, Scale: c.GRPO.Scale, DropZeroVariance: c.GRPO.DropZeroVariance,
-		Weight: func(r *parquet.Row) float64 { return weights[r.RunID+"/"+r.EpisodeID] }})
+		FormatWeight: *c.GRPO.FormatWeight,
+		Weight:       func(r *parquet.Row) float64 { return weights[r.RunID+"/"+r.EpisodeID] }})
 	rep.BatchRows, rep.Groups, rep.Samples = len(kept), gst.Groups, gst.Samples
 	batch := filepath.Join(dir, "batch.jsonl")
 	if _, err := train.WriteJSONL(batch, recs); err != nil {
