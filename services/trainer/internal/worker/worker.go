@@ -190,7 +190,9 @@ func (p *Process) Train(ctx context.Context, r TrainRequest) (TrainResult, error
 }
 
 // Ping checks that the worker answers.
-func (p *Process) Ping(ctx context.Context) error { return p.call(ctx, map[string]any{"op": "ping"}, nil) }
+func (p *Process) Ping(ctx context.Context) error {
+	return p.call(ctx, map[string]any{"op": "ping"}, nil)
+}
 
 // Send writes a raw line to the worker and returns its raw answer (tests
 // use it to send malformed requests).
@@ -247,9 +249,9 @@ type Supervisor struct {
 	Dir     string
 	// Init is where the first worker starts from ("" for the base model);
 	// after each successful step it is the adapter just saved.
-	Init     string
-	Log      *slog.Logger
-	p *Process
+	Init string
+	Log  *slog.Logger
+	p    *Process
 	// Restarts counts workers started after one was lost.
 	Restarts int
 	// LoadS is the time spent starting workers (model loads), in seconds.
