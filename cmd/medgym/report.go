@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 
 	"github.com/medgym/medgym/cmd/medgym/internal/report"
 	"github.com/medgym/medgym/store"
@@ -21,6 +24,7 @@ func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	out := fs.String("out", "", "output directory (default report-<run id>)")
 	priceIn := fs.Float64("price-in", 0, "USD per 1M prompt tokens")
 	priceOut := fs.Float64("price-out", 0, "USD per 1M completion tokens")
+	scoresPath := fs.String("scores", "", "trajectory-verifier scores (JSONL from trainer score) for Best@k")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -44,7 +48,13 @@ func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(rows) == 0 {
 		return fmt.Errorf("report: store %s holds no episodes of run %s", st, *runID)
 	}
-	r := report.Build(*runID, rows, report.Options{PriceIn: *priceIn, PriceOut: *priceOut})
+	opt := report.Options{PriceIn: *priceIn, PriceOut: *priceOut}
+	if *scoresPath != "" {
+		if opt.Scores, opt.Verifier, err = readScores(*scoresPath, *runID); err != nil {
+			return err
+		}
+	}
+	r := report.Build(*runID, rows, opt)
 	paths, err := report.Write(*out, r)
 	if err != nil {
 		return err
@@ -52,4 +62,42 @@ func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fmt.Fprintf(stdout, "run %s: %d episodes, success rate %s; wrote %s and %d charts\n",
 		*runID, r.Episodes, report.Percent(float64(r.Correct)/float64(max(1, r.Scored))), paths[0], len(paths)-1)
 	return nil
+}
+
+// readScores reads trainer score's JSONL ({"run_id", "episode_id",
+// "score", "verifier"} per line) and keeps the scores of run runID; it
+// returns them by episode id, with the verifier's name.
+func readScores(path, runID string) (map[string]float64, string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("report: scores: %w", err)
+	}
+	scores := map[string]float64{}
+	verifier := ""
+	for i, line := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		var s struct {
+			RunID     string   `json:"run_id"`
+			EpisodeID string   `json:"episode_id"`
+			Score     *float64 `json:"score"`
+			Verifier  string   `json:"verifier"`
+		}
+		if err := json.Unmarshal([]byte(line), &s); err != nil {
+			return nil, "", fmt.Errorf("report: scores %s line %d: %w", path, i+1, err)
+		}
+		if s.RunID != runID || s.Score == nil {
+			continue
+		}
+		if verifier != "" && s.Verifier != verifier {
+			return nil, "", fmt.Errorf("report: scores %s mix verifiers %q and %q", path, verifier, s.Verifier)
+		}
+		verifier = s.Verifier
+		scores[s.EpisodeID] = *s.Score
+	}
+	if len(scores) == 0 {
+		return nil, "", fmt.Errorf("report: scores %s hold no score of run %s", path, runID)
+	}
+	return scores, verifier, nil
 }

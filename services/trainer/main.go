@@ -2,6 +2,8 @@
 // online RL.
 //
 //	trainer build  --store DIR|s3://... --out DIR [--run ID ...] [filters]
+//	trainer train  --mode sft|dpo|grpo --data FILE --out DIR [--backend hf --model M]
+//	trainer score  --store URL --run ID --adapter DIR --out SCORES.jsonl [--backend hf --model M]
 //	trainer online --config FILE
 //
 // See README.md.
@@ -35,7 +37,7 @@ func main() {
 	}
 }
 
-const usage = "usage: trainer build --store URL --out DIR [flags] | trainer online --config FILE"
+const usage = "usage: trainer build --store URL --out DIR [flags] | trainer train --mode M --data FILE --out DIR [flags] | trainer score --store URL --run ID --adapter DIR --out FILE | trainer online --config FILE"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -46,6 +48,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdBuild(ctx, args[1:], stdout, stderr)
 	case "online":
 		return cmdOnline(ctx, args[1:], stdout, stderr)
+	case "train":
+		return cmdTrain(ctx, args[1:], stdout, stderr)
+	case "score":
+		return cmdScore(ctx, args[1:], stdout, stderr)
 	default:
 		return fmt.Errorf("unknown command %q; %s", args[0], usage)
 	}

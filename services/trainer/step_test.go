@@ -7,22 +7,34 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/medgym/medgym/services/trainer/internal/testenv"
 )
 
-func requireTorch(t *testing.T) {
+// python is the interpreter with torch (the project venv; see
+// testenv.Python).
+func python(t *testing.T, modules ...string) string {
 	t.Helper()
-	if exec.Command("/usr/bin/python3", "-c", "import torch").Run() != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("/usr/bin/python3 lacks torch (apt-get install python3-torch; scripts/setup.sh does)")
-		}
-		t.Skip("/usr/bin/python3 lacks torch")
+	return testenv.Python(t, modules...)
+}
+
+// TestTrainStepPythonUnits runs python/test_*.py (unittest): fitting
+// conversations into --max-len keeps the system prompt, the task and every
+// assistant turn, elides middle observations with a marker, drops and
+// counts what cannot fit; the per-mode recipes and their overrides.
+func TestTrainStepPythonUnits(t *testing.T) {
+	py := python(t)
+	out, err := exec.Command(py, "-m", "unittest", "discover", "-s", "python", "-p", "test_*.py").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
 	}
+	t.Logf("%s", out)
 }
 
 // TestTrainStepLosses runs python/train_step.py on the toy batches in
 // testdata with the CPU backend and checks that each loss does its job.
 func TestTrainStepLosses(t *testing.T) {
-	requireTorch(t)
+	py := python(t)
 	type metrics struct {
 		Backend       string             `json:"backend"`
 		Steps         int                `json:"steps"`
@@ -34,7 +46,7 @@ func TestTrainStepLosses(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			dir := t.TempDir()
 			out := filepath.Join(dir, "ckpt")
-			cmd := exec.Command("/usr/bin/python3", "python/train_step.py", "--mode", mode, "--backend", "tiny",
+			cmd := exec.Command(py, "python/train_step.py", "--mode", mode, "--backend", "tiny",
 				"--data", "testdata/toy_"+mode+".jsonl", "--out", out, "--steps", "15", "--metrics", filepath.Join(dir, "m.json"))
 			if b, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("%v\n%s", err, b)
@@ -79,13 +91,13 @@ func TestTrainStepLosses(t *testing.T) {
 // batch at once, so each micro-batch's share is normalised by whole-batch
 // counts (a per-chunk mean would not sum to the batch loss).
 func TestTrainStepMicroBatches(t *testing.T) {
-	requireTorch(t)
+	py := python(t)
 	for _, tc := range []struct{ mode, agg string }{{"sft", "token"}, {"dpo", "token"}, {"grpo", "token"}, {"grpo", "seq"}} {
 		t.Run(tc.mode+"-"+tc.agg, func(t *testing.T) {
 			var curves [2][]float64
 			for i, mb := range []string{"0", "1"} {
 				dir := t.TempDir()
-				cmd := exec.Command("/usr/bin/python3", "python/train_step.py", "--mode", tc.mode, "--backend", "tiny",
+				cmd := exec.Command(py, "python/train_step.py", "--mode", tc.mode, "--backend", "tiny",
 					"--data", "testdata/toy_"+tc.mode+".jsonl", "--out", filepath.Join(dir, "ckpt"), "--steps", "4",
 					"--agg", tc.agg, "--micro-batch", mb, "--metrics", filepath.Join(dir, "m.json"))
 				if b, err := cmd.CombinedOutput(); err != nil {
@@ -115,16 +127,12 @@ func TestTrainStepMicroBatches(t *testing.T) {
 }
 
 // TestTrainStepHF runs python/hf_check.py: the hf backend (transformers and
-// peft) on a tiny Llama built locally, loss masks, the three losses, peft
-// adapter output and a resume. It runs wherever /usr/bin/python3 has
-// transformers and peft (a GPU machine's image does); Debian packages
-// neither, so CI skips it.
+// peft from the project venv, the GPU machine's versions) on a tiny random
+// Llama built locally, on the CPU: loss masks, the three losses, peft
+// adapter output and a resume.
 func TestTrainStepHF(t *testing.T) {
-	requireTorch(t)
-	if exec.Command("/usr/bin/python3", "-c", "import transformers, peft").Run() != nil {
-		t.Skip("/usr/bin/python3 lacks transformers or peft")
-	}
-	out, err := exec.Command("/usr/bin/python3", "python/hf_check.py", "--work", t.TempDir()).CombinedOutput()
+	py := python(t, "transformers", "peft")
+	out, err := exec.Command(py, "python/hf_check.py", "--work", t.TempDir()).CombinedOutput()
 	if err != nil {
 		t.Fatalf("hf_check: %v\n%s", err, out)
 	}

@@ -7,8 +7,8 @@ Backends
         needs `transformers` and `peft` (the GPU path). The adapter directory
         (adapter_config.json + weights) is what vLLM's /v1/load_lora_adapter
         loads.
-  tiny  a small byte-level GRU language model defined here, trained in full
-        on CPU with Debian's python3-torch. It exists so CI can check the
+  tiny  a small byte-level causal convolutional language model defined
+        here, trained in full on the CPU. It exists so CI can check the
         losses; its checkpoint (model.pt) is not servable.
   auto  hf when --model is given and transformers/peft import, else tiny.
 
@@ -56,20 +56,28 @@ def read_jsonl(path):
 
 
 class TinyLM(nn.Module):
-    """Byte-level GRU language model: 256 bytes + BOS + PAD."""
+    """Byte-level causal language model: 256 bytes + BOS + PAD, a stack of
+    dilated causal convolutions (receptive field 255 bytes) with residual
+    connections. Convolutions run over the whole sequence at once, so a
+    4,000-byte MedCalc conversation costs milliseconds on a CPU, where a
+    recurrent network would step through it byte by byte."""
 
     VOCAB, BOS, PAD = 258, 256, 257
 
-    def __init__(self, dim=64, hidden=128):
+    def __init__(self, dim=64, hidden=128, dilations=(1, 2, 4, 8, 16, 32, 64)):
         super().__init__()
-        self.config = {"dim": dim, "hidden": hidden}
+        self.config = {"dim": dim, "hidden": hidden, "dilations": list(dilations)}
         self.emb = nn.Embedding(self.VOCAB, dim)
-        self.rnn = nn.GRU(dim, hidden, batch_first=True)
+        self.convs = nn.ModuleList(nn.Conv1d(dim, dim, 3, dilation=d) for d in dilations)
+        self.pads = list(dilations)
+        self.proj = nn.Linear(dim, hidden)
         self.out = nn.Linear(hidden, self.VOCAB)
 
     def forward(self, ids):
-        h, _ = self.rnn(self.emb(ids))
-        return self.out(h)
+        h = self.emb(ids).transpose(1, 2)  # [B, dim, T]
+        for conv, d in zip(self.convs, self.pads):
+            h = h + torch.tanh(conv(F.pad(h, (2 * d, 0))))  # left padding only: causal
+        return self.out(torch.tanh(self.proj(h.transpose(1, 2))))
 
 
 class TinyBackend:
@@ -239,7 +247,7 @@ class Batch:
     holds one micro-batch's logits, never the whole batch's."""
 
     def __init__(self, seqs, pad, micro_batch):
-        T = max(len(s[0]) for s in seqs)
+        T = max((len(s[0]) for s in seqs), default=1)
         self.ids = torch.full((len(seqs), T), pad, dtype=torch.long)
         self.attn = torch.zeros((len(seqs), T), dtype=torch.long)
         mask = torch.zeros((len(seqs), T), dtype=torch.float32)
@@ -428,7 +436,7 @@ class GRPO(Objective):
 
 # Per-mode defaults of the paper (upstream §6.2, ../shared/notes/upstream.md):
 # SFT AdamW lr 1e-4; DPO lr 5e-6, β 0.1; GRPO lr 1e-5, KL coefficient 1e-3
-# (rollout temperature 0.6 is the online loop's). The tiny GRU trains from
+# (rollout temperature 0.6 is the online loop's). The tiny model trains from
 # scratch and needs a larger step: 3e-3 in every mode.
 RECIPES = {
     "hf": {"sft": {"lr": 1e-4}, "dpo": {"lr": 5e-6, "beta": 0.1}, "grpo": {"lr": 1e-5, "kl_coef": 1e-3}},
@@ -514,6 +522,37 @@ class Trainer:
             metrics["after"] = obj.evaluate(model)
         metrics.update(lr=a.lr, seconds=time.time() - t0)
         return metrics
+
+    def score(self, recs, max_len=DEFAULT_MAX_LEN):
+        """Trajectory-verifier scores: for each record's messages (a user
+        turn holding the rendered trajectory and the question, as the
+        verifier export writes them; a trailing assistant label is ignored)
+        the probability of answering YES rather than NO,
+        exp(lp YES)/(exp(lp YES) + exp(lp NO)) with lp the log-probability of
+        the whole answer turn (upstream §6.2 reads the logits of the YES/NO
+        token; with a multi-token answer this is the same ratio). A record
+        that does not fit max_len is scored from its fitted form (elided
+        observations) or, if it cannot fit, gets None."""
+        fit = Fitter(self.be, max_len)
+        model = self.be.model
+        model.eval()
+        out = []
+        with torch.no_grad():
+            for i, r in enumerate(recs):
+                msgs = [m for m in r["messages"] if m["role"] != "assistant"]
+                lps = []
+                for ans in ("YES", "NO"):
+                    conv = msgs + [{"role": "assistant", "content": ans}]
+                    enc = fit((i, ans), conv, [0] * len(msgs) + [1])
+                    if enc is None:
+                        break
+                    ids, lm = enc
+                    x = torch.tensor([ids], device=self.be.dev)
+                    lp = self.be.logps(model, x, torch.ones_like(x))[0].float().cpu()
+                    lps.append(float((lp * torch.tensor(lm[1:], dtype=torch.float32)).sum()))
+                out.append(None if len(lps) < 2 else 1 / (1 + math.exp(min(50.0, lps[1] - lps[0]))))
+        model.train()
+        return out
 
     def save(self, out):
         """Writes the adapter (or checkpoint) and the optimiser states."""

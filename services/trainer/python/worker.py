@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The resident medgym trainer: loads the base model once and keeps the
 optimiser state across training steps, taking requests as JSON lines on
-stdin and answering each with one JSON line on stdout (docs/adr/0005 and
+stdin and answering each with one JSON line on stdout (docs/adr/0009-resident-trainer.md and
 services/trainer/README.md, "The resident worker").
 
   python3 worker.py --backend hf --model MODEL [--init DIR] [--lora-r 16] [--grad-ckpt]
@@ -14,8 +14,13 @@ is echoed back):
    "recipe": {"lr": ..., "steps": ..., "beta": ..., "kl_coef": ..., "max_len": ...}, "evaluate": true}
       trains on the batch and saves the adapter and optimiser state to out;
       answers {"id": 1, "ok": true, "metrics": {...}, "save_s": ...}
-  {"id": 2, "op": "ping"}      answers {"ok": true, "backend": ..., "steps_done": n}
-  {"id": 3, "op": "shutdown"}  answers {"ok": true} and exits 0
+  {"id": 2, "op": "score", "data": "VERIFIER.jsonl", "out": "SCORES.jsonl", "max_len": N}
+      scores each record (a rendered trajectory, trainer build's verifier/
+      layout) with the current model as a trajectory verifier: P(YES) over
+      YES/NO; writes {"index", "episode_id", "score"} lines to out and
+      answers {"ok": true, "scored": n, "unscored": m}
+  {"id": 3, "op": "ping"}      answers {"ok": true, "backend": ..., "steps_done": n}
+  {"id": 4, "op": "shutdown"}  answers {"ok": true} and exits 0
 
 A request that cannot be served (malformed JSON, unknown op, a missing
 file, a record without the fields its mode needs) is answered
@@ -70,12 +75,14 @@ def serve(tr, inp, out):
             elif op == "shutdown":
                 reply({"id": rid, "ok": True})
                 return 0
+            elif op == "score":
+                reply(dict(score(tr, req), id=rid, ok=True))
             elif op == "train":
                 m = train(tr, req)
                 steps_done += m["metrics"].get("steps", 0)
                 reply(dict(m, id=rid, ok=True))
             else:
-                raise BadRequest("unknown op %r (want train, ping or shutdown)" % op)
+                raise BadRequest("unknown op %r (want train, score, ping or shutdown)" % op)
         except BadRequest as e:
             reply({"id": rid, "ok": False, "error": str(e)})
         except (OSError, ValueError, KeyError, TypeError, FloatingPointError) as e:
@@ -108,6 +115,26 @@ def train(tr, req):
     tr.save(out)
     metrics["out"] = out
     return {"metrics": metrics, "train_s": t1 - t0, "save_s": time.time() - t1}
+
+
+def score(tr, req):
+    data, out = req.get("data"), req.get("out")
+    if not data or not out:
+        raise BadRequest("score needs data and out")
+    recs = train_step.read_jsonl(data)
+    for i, r in enumerate(recs):
+        if not isinstance(r.get("messages"), list) or not any(m.get("role") == "user" for m in r["messages"]):
+            raise BadRequest("score record %d has no user message" % (i + 1))
+    t0 = time.time()
+    scores = tr.score(recs, req.get("max_len") or train_step.DEFAULT_MAX_LEN)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out + ".tmp", "w") as f:
+        for i, (r, sc) in enumerate(zip(recs, scores)):
+            f.write(json.dumps({"index": i, "episode_id": r.get("episode_id", ""), "run_id": r.get("run_id", ""),
+                                "score": sc}) + "\n")
+    os.replace(out + ".tmp", out)
+    return {"scored": sum(s is not None for s in scores), "unscored": sum(s is None for s in scores),
+            "score_s": time.time() - t0}
 
 
 def main(argv=None):

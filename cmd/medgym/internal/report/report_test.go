@@ -1,7 +1,9 @@
 package report
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/medgym/medgym/schemas/parquet"
@@ -51,7 +53,51 @@ func TestBuildExcludesInfraFailures(t *testing.T) {
 	if g := r.ByDataset[0]; g.Rate() != 0.5 || g.Episodes != 3 {
 		t.Fatalf("dataset group %+v", g)
 	}
-	if a := r.AtK[0]; a.Tasks != 2 || a.Pass != 0.5 || a.Best != 0.5 {
+	if a := r.AtK[0]; a.Tasks != 2 || a.Pass != 0.5 || a.Oracle != 0.5 || a.Best != 0 || r.Verifier != "" {
 		t.Fatalf("at k=1: %+v", a)
+	}
+}
+
+// TestBestAtKByVerifierScores: Best@k follows the verifier's scores. A
+// scorer that knows the answers (1 for correct, 0 else) reproduces Pass@k
+// at k = n; one that prefers the wrong samples picks them; unscored
+// samples come last.
+func TestBestAtKByVerifierScores(t *testing.T) {
+	var rows []parquet.Row
+	oracle, adverse := map[string]float64{}, map[string]float64{}
+	for task := range 4 {
+		for k := range 3 {
+			id := fmt.Sprintf("t%d-%d", task, k)
+			out := "incorrect"
+			if k == task%3 && task < 3 { // tasks 0..2 have one correct sample; task 3 none
+				out = "correct"
+			}
+			rows = append(rows, parquet.Row{EpisodeID: id, TaskID: fmt.Sprint(task), Dataset: "d", SampleIndex: int32(k),
+				Outcome: out, Termination: "answered", NumTurns: 1})
+			oracle[id] = map[bool]float64{true: 1, false: 0}[out == "correct"]
+			adverse[id] = 1 - oracle[id]
+		}
+	}
+	r := Build("x", rows, Options{Scores: oracle, Verifier: "oracle-scorer"})
+	last := r.AtK[len(r.AtK)-1]
+	if r.Verifier != "oracle-scorer" || last.K != 3 || last.Best != last.Pass || last.Pass != 0.75 {
+		t.Fatalf("an oracle scorer must reproduce Pass@k: %+v", last)
+	}
+	for _, a := range r.AtK {
+		if a.Best+1e-12 < a.Pass-1e-12 && a.K == 3 {
+			t.Fatalf("k=%d: Best %v below Pass %v with an oracle scorer", a.K, a.Best, a.Pass)
+		}
+	}
+	if a := Build("x", rows, Options{Scores: adverse}).AtK[2]; a.Best != 0 {
+		t.Fatalf("a scorer preferring wrong samples picked a correct one: %+v", a)
+	}
+	partial := map[string]float64{"t0-1": 0.9} // t0-1 is wrong; every other sample unscored
+	rp := Build("x", rows, Options{Scores: partial, Verifier: "v"})
+	if rp.Unscored != 11 || SelectByScore(rows[0:3], partial).EpisodeID != "t0-1" {
+		t.Fatalf("unscored %d, pick %s", rp.Unscored, SelectByScore(rows[0:3], partial).EpisodeID)
+	}
+	md := string(Markdown(r))
+	if !strings.Contains(md, "| k | tasks | Pass@k | Best@k | Oracle@k |") || !strings.Contains(md, "**oracle-scorer**") {
+		t.Fatalf("markdown:\n%s", md)
 	}
 }

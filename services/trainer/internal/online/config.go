@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/services/trainer/internal/worker"
 )
 
 // Config is the online loop's configuration file (JSON, or YAML with the
@@ -50,6 +51,10 @@ type Config struct {
 	GRPO    GRPO         `json:"grpo"`
 	Stale   Staleness    `json:"staleness"`
 
+	// Overlap submits iteration i+1's batch, sampled from the current
+	// policy, while iteration i trains (needs staleness.max_lag ≥ 1).
+	Overlap bool `json:"overlap,omitempty"`
+
 	// WaitTimeout bounds waiting for one batch's scores (default 1h).
 	WaitTimeout Duration `json:"wait_timeout,omitempty"`
 }
@@ -70,13 +75,19 @@ type Serving struct {
 	Logprobs bool `json:"logprobs"`
 }
 
-// TrainCommand is the training step, one process per iteration. Its
-// arguments may use {batch}, {out}, {init} (empty for the first
-// iteration), {metrics} and {version} (the new version).
+// TrainCommand is the training step: a resident worker (Resident, the
+// command that starts python/worker.py; it loads the model once and keeps
+// the optimiser state across iterations) or one process per iteration
+// (Command). Command's arguments may use {batch}, {out}, {init} (empty for
+// the first iteration), {metrics} and {version} (the new version).
 type TrainCommand struct {
-	Command []string `json:"command"`
-	Dir     string   `json:"dir,omitempty"`
-	Timeout Duration `json:"timeout,omitempty"`
+	Resident []string `json:"resident,omitempty"`
+	// Recipe overrides the worker's per-mode defaults (GRPO: lr 1e-5,
+	// KL 1e-3; resident only: a per-iteration command takes flags).
+	Recipe  worker.Recipe `json:"recipe,omitempty"`
+	Command []string      `json:"command"`
+	Dir     string        `json:"dir,omitempty"`
+	Timeout Duration      `json:"timeout,omitempty"`
 }
 
 // GRPO are the advantage settings.
@@ -228,6 +239,7 @@ func (c Config) Validate() error {
 	req(c.Stale.Replay >= 0 && c.Stale.MaxLag >= 0, "staleness.replay and staleness.max_lag must be ≥ 0")
 	req(c.Stale.Mode == "drop" || c.Stale.Mode == "reweight", "staleness.mode must be drop or reweight")
 	req(c.GRPO.Scale == "group" || c.GRPO.Scale == "none", "grpo.scale must be group or none")
+	req(!c.Overlap || c.Stale.MaxLag >= 1, "overlap samples one version behind: it needs staleness.max_lag ≥ 1")
 	if c.Episode != nil {
 		if err := c.Episode.Validate(); err != nil {
 			errs = append(errs, err)

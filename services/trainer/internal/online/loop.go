@@ -24,6 +24,7 @@ import (
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
 	"github.com/medgym/medgym/services/trainer/internal/train"
+	"github.com/medgym/medgym/services/trainer/internal/worker"
 	"github.com/medgym/medgym/store"
 )
 
@@ -52,6 +53,19 @@ type Report struct {
 	TrainingS float64        `json:"training_s"`
 	LoadingS  float64        `json:"loading_s"`
 	Train     map[string]any `json:"train,omitempty"`
+	// ModelLoadS is the time spent starting the resident worker (loading
+	// the model) during this iteration: at the first iteration and after a
+	// crash, else 0. Part of TrainingS.
+	ModelLoadS float64 `json:"model_load_s"`
+	// WorkerRestarts counts resident workers restarted after a crash.
+	WorkerRestarts int `json:"worker_restarts"`
+	// GPUIdle is the share of the iteration's wall time the trainer spent
+	// outside the training step proper (sampling, waiting, loading, model
+	// loads): 1 − (training − model load) / total.
+	GPUIdle float64 `json:"gpu_idle"`
+	// Overlapped: this iteration's batch was sampled while the previous
+	// iteration trained (config overlap), one version behind.
+	Overlapped bool `json:"overlapped"`
 	// Recipe is the sampling and reward recipe of the iteration; the
 	// step's own (lr, β, KL, steps) is Train["recipe"].
 	Recipe Recipe `json:"recipe"`
@@ -68,12 +82,14 @@ type Recipe struct {
 
 // Loop runs the online iterations.
 type Loop struct {
-	cfg   Config
-	conn  *bus.Conn
-	st    *store.Store
-	log   *slog.Logger
-	out   io.Writer
-	httpc *http.Client
+	sup          *worker.Supervisor
+	presubmitted string // the run submitted ahead (overlap)
+	cfg          Config
+	conn         *bus.Conn
+	st           *store.Store
+	log          *slog.Logger
+	out          io.Writer
+	httpc        *http.Client
 }
 
 // New returns a loop over conn and the store; per-iteration lines go to out.
@@ -124,6 +140,14 @@ func (l *Loop) Run(ctx context.Context) ([]Report, error) {
 			}
 		}
 	}
+	if len(l.cfg.Train.Resident) > 0 {
+		l.sup = &worker.Supervisor{Command: l.cfg.Train.Resident, Dir: l.cfg.Train.Dir, Init: s.AdapterPath, Log: l.log}
+		defer func() {
+			if err := l.sup.Close(); err != nil {
+				l.log.Warn("trainer worker shutdown", "err", err)
+			}
+		}()
+	}
 	var reports []Report
 	for s.Iteration < l.cfg.Iterations {
 		rep, next, err := l.iterate(ctx, s)
@@ -138,6 +162,8 @@ func (l *Loop) Run(ctx context.Context) ([]Report, error) {
 		fmt.Fprintf(l.out, "iter %d v%d→v%d %s: reward %.3f success %.1f%% (%d episodes; batch %d samples in %d groups, %d stale dropped, %d re-weighted) | sampling %.1fs waiting %.1fs training %.1fs loading %.1fs\n",
 			rep.Iteration, rep.FromVersion, rep.ToVersion, rep.RunID, rep.MeanReward, 100*rep.SuccessRate, rep.Episodes,
 			rep.Samples, rep.Groups, rep.StaleDropped, rep.Reweighted, rep.SamplingS, rep.WaitingS, rep.TrainingS, rep.LoadingS)
+		fmt.Fprintf(l.out, "  model load %.1fs, GPU idle %.0f%%%s\n", rep.ModelLoadS, 100*rep.GPUIdle,
+			map[bool]string{true: ", sampled while the previous iteration trained", false: ""}[rep.Overlapped])
 		if err := WriteProgress(l.cfg.WorkDir); err != nil { // a chart is not worth stopping the training for
 			l.log.Warn("progress report", "err", err)
 		}
@@ -161,15 +187,13 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 		Recipe: Recipe{Temperature: *c.Temperature, Samples: c.Samples, FormatWeight: *c.GRPO.FormatWeight,
 			AdvScale: c.GRPO.Scale, AdvEps: c.GRPO.Eps}}
 
-	// 1. Sample: submit the batch and follow its scores as they stream in.
+	// 1. Sample: submit the batch (unless it was submitted ahead, while the
+	// previous iteration trained) and follow its scores as they stream in.
 	t0 := time.Now()
-	spec := schemas.RunSpec{RunID: runID, Datasets: c.Datasets, Split: c.Split, TaskIDs: l.taskIDs(it), Limit: c.Limit,
-		SampleSeed: c.SampleSeed, Samples: c.Samples, Options: *c.Episode, MaxInFlight: c.MaxInFlight,
-		Policy: schemas.PolicySpec{Name: schemas.PolicyOpenAI, Model: model, BaseURL: c.Serving.BaseURL,
-			APIKeyEnv: c.Serving.APIKeyEnv, Temperature: c.Temperature, Seed: c.Seed, MaxTokens: c.Serving.MaxTokens,
-			Logprobs: c.Serving.Logprobs, Version: v},
-		SubmittedAt: time.Now().UTC()}
-	if err := l.conn.Publish(ctx, schemas.RunSubmitted.For(runID), schemas.MsgID("run", runID), spec); err != nil {
+	spec := l.spec(it, model, v)
+	if l.presubmitted == runID {
+		rep.Overlapped = true
+	} else if err := l.conn.Publish(ctx, schemas.RunSubmitted.For(runID), schemas.MsgID("run", runID), spec); err != nil {
 		return rep, s, err
 	}
 	scores, err := l.waitScores(ctx, runID, len(spec.TaskIDs)*c.Samples)
@@ -216,6 +240,17 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 	}
 	rep.WaitingS = time.Since(t1).Seconds()
 
+	// Overlap: the next iteration's batch is sampled from the current
+	// policy while this one trains; its rows are one version behind when
+	// they are trained on, which the staleness bound (max_lag ≥ 1) admits.
+	if c.Overlap && it+1 < c.Iterations {
+		next := l.spec(it+1, model, v)
+		if err := l.conn.Publish(ctx, schemas.RunSubmitted.For(next.RunID), schemas.MsgID("run", next.RunID), next); err != nil {
+			return rep, s, err
+		}
+		l.presubmitted = next.RunID
+	}
+
 	// 3. Train.
 	t2 := time.Now()
 	adapterPath, err := filepath.Abs(filepath.Join(c.WorkDir, "adapters", rep.Adapter))
@@ -223,11 +258,25 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 		return rep, s, fmt.Errorf("adapter path: %w", err)
 	}
 	metrics := filepath.Join(dir, "metrics.json")
-	if err := l.trainStep(ctx, batch, adapterPath, s.AdapterPath, metrics, v+1); err != nil {
-		return rep, s, err
-	}
-	if b, err := os.ReadFile(metrics); err == nil {
-		_ = json.Unmarshal(b, &rep.Train)
+	if l.sup != nil {
+		load0, restarts0 := l.sup.LoadS, l.sup.Restarts
+		res, err := l.sup.Train(ctx, worker.TrainRequest{Mode: "grpo", Data: batch, Out: adapterPath,
+			Recipe: c.Train.Recipe, Evaluate: true})
+		rep.ModelLoadS, rep.WorkerRestarts = l.sup.LoadS-load0, l.sup.Restarts-restarts0
+		if err != nil {
+			return rep, s, err
+		}
+		rep.Train = res.Metrics
+		if err := writeJSON(metrics, res.Metrics); err != nil {
+			return rep, s, err
+		}
+	} else {
+		if err := l.trainStep(ctx, batch, adapterPath, s.AdapterPath, metrics, v+1); err != nil {
+			return rep, s, err
+		}
+		if b, err := os.ReadFile(metrics); err == nil {
+			_ = json.Unmarshal(b, &rep.Train)
+		}
 	}
 	rep.TrainingS = time.Since(t2).Seconds()
 
@@ -242,11 +291,25 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 		return rep, s, err
 	}
 	rep.LoadingS = time.Since(t3).Seconds()
+	if total := rep.SamplingS + rep.WaitingS + rep.TrainingS + rep.LoadingS; total > 0 {
+		rep.GPUIdle = 1 - (rep.TrainingS-rep.ModelLoadS)/total
+	}
 	if err := writeJSON(filepath.Join(dir, "report.json"), rep); err != nil {
 		return rep, s, err
 	}
 	l.log.Info("iteration done", "iteration", it, "version", v+1, "reward", rep.MeanReward, "success", rep.SuccessRate)
 	return rep, State{Iteration: it + 1, Version: v + 1, Adapter: rep.Adapter, AdapterPath: adapterPath, UpdatedAt: time.Now().UTC()}, nil
+}
+
+// spec is the run of iteration it, sampled from model at version v.
+func (l *Loop) spec(it int, model string, v int) schemas.RunSpec {
+	c := l.cfg
+	return schemas.RunSpec{RunID: l.RunID(it), Datasets: c.Datasets, Split: c.Split, TaskIDs: l.taskIDs(it), Limit: c.Limit,
+		SampleSeed: c.SampleSeed, Samples: c.Samples, Options: *c.Episode, MaxInFlight: c.MaxInFlight,
+		Policy: schemas.PolicySpec{Name: schemas.PolicyOpenAI, Model: model, BaseURL: c.Serving.BaseURL,
+			APIKeyEnv: c.Serving.APIKeyEnv, Temperature: c.Temperature, Seed: c.Seed, MaxTokens: c.Serving.MaxTokens,
+			Logprobs: c.Serving.Logprobs, Version: v},
+		SubmittedAt: time.Now().UTC()}
 }
 
 // taskIDs returns iteration it's tasks: all of TaskIDs, or its window of

@@ -63,13 +63,14 @@ func ProgressTable(reps []Report) []byte {
 	var b bytes.Buffer
 	b.WriteString("# Online GRPO progress\n\n")
 	fmt.Fprintf(&b, "%d iterations.\n\n![reward, success rate and time split per iteration](%s)\n\n", len(reps), ProgressSVG)
-	b.WriteString("| iteration | version | run | episodes | mean reward | success rate | samples used | groups | stale dropped | re-weighted | sampling s | waiting s | training s | loading s | total s |\n")
-	b.WriteString("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| iteration | version | run | episodes | mean reward | success rate | samples used | groups | stale dropped | re-weighted | sampling s | waiting s | training s | loading s | total s | model load s | GPU idle | overlapped |\n")
+	b.WriteString("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range reps {
-		fmt.Fprintf(&b, "| %d | v%d→v%d | %s | %d | %.3f | %.1f%% | %d | %d | %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f |\n",
+		fmt.Fprintf(&b, "| %d | v%d→v%d | %s | %d | %.3f | %.1f%% | %d | %d | %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f%% | %s |\n",
 			r.Iteration, r.FromVersion, r.ToVersion, strings.ReplaceAll(r.RunID, "|", `\|`), r.Episodes,
 			r.MeanReward, 100*r.SuccessRate, r.Samples, r.Groups, r.StaleDropped, r.Reweighted,
-			r.SamplingS, r.WaitingS, r.TrainingS, r.LoadingS, r.SamplingS+r.WaitingS+r.TrainingS+r.LoadingS)
+			r.SamplingS, r.WaitingS, r.TrainingS, r.LoadingS, r.SamplingS+r.WaitingS+r.TrainingS+r.LoadingS,
+			r.ModelLoadS, 100*r.GPUIdle, map[bool]string{true: "yes", false: "no"}[r.Overlapped])
 	}
 	return b.Bytes()
 }

@@ -269,7 +269,11 @@ func pair(kind string, w, l *Episode, prompt, chosen, rejected []Message) DPORec
 // turn, the label as the assistant turn (the ORM of upstream §6.2 reads
 // the YES/NO logits of that answer).
 type VerifierRecord struct {
-	Messages  []Message `json:"messages"`
+	Messages []Message `json:"messages"`
+	// LossMask trains the label only (the same SFT step trains the
+	// verifier).
+	LossMask  []int8    `json:"loss_mask"`
+	RunID     string    `json:"run_id"`
 	Label     string    `json:"label"`
 	Passed    bool      `json:"passed"`
 	EpisodeID string    `json:"episode_id"`
@@ -288,18 +292,7 @@ func Verifier(eps []*Episode, o Options) []VerifierRecord {
 		if len(e.Steps) == 0 {
 			continue
 		}
-		var b strings.Builder
-		msgs, _ := e.Conversation(len(e.Steps), true)
-		for _, m := range msgs {
-			fmt.Fprintf(&b, "[%s]\n%s\n\n", m.Role, m.Content)
-		}
-		b.WriteString(VerifierQuestion)
-		label := "NO"
-		if e.Success() {
-			label = "YES"
-		}
-		rec := VerifierRecord{Messages: []Message{{RoleUser, b.String()}, {RoleAssistant, label}}, Label: label,
-			Passed: e.Success(), EpisodeID: e.Row.EpisodeID, TaskID: e.Row.TaskID, Dataset: e.Row.Dataset}
+		rec := VerifierInput(e)
 		if e.Success() {
 			yes = append(yes, rec)
 		} else {
@@ -318,6 +311,25 @@ func Verifier(eps []*Episode, o Options) []VerifierRecord {
 		return cmp.Compare(seededHash(o.Seed+1, a.EpisodeID), seededHash(o.Seed+1, b.EpisodeID))
 	})
 	return out
+}
+
+// VerifierInput renders an episode for the trajectory verifier: the whole
+// trajectory and VerifierQuestion as one user turn, then the label
+// (YES: solved) as the assistant turn. Scoring reads the user turn only.
+func VerifierInput(e *Episode) VerifierRecord {
+	var b strings.Builder
+	msgs, _ := e.Conversation(len(e.Steps), true)
+	for _, m := range msgs {
+		fmt.Fprintf(&b, "[%s]\n%s\n\n", m.Role, m.Content)
+	}
+	b.WriteString(VerifierQuestion)
+	label := "NO"
+	if e.Success() {
+		label = "YES"
+	}
+	return VerifierRecord{Messages: []Message{{RoleUser, b.String()}, {RoleAssistant, label}}, LossMask: []int8{0, 1},
+		RunID: e.Row.RunID, Label: label, Passed: e.Success(), EpisodeID: e.Row.EpisodeID, TaskID: e.Row.TaskID,
+		Dataset: e.Row.Dataset}
 }
 
 func seededHash(seed int64, s string) uint64 {

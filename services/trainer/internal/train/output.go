@@ -37,7 +37,7 @@ var (
 	}, nil)
 	// VerifierSchema is the schema of YES/NO verifier files.
 	VerifierSchema = arrow.NewSchema([]arrow.Field{
-		field("messages", messagesType), str("label"), field("passed", arrow.FixedWidthTypes.Boolean),
+		field("messages", messagesType), field("loss_mask", maskType), str("run_id"), str("label"), field("passed", arrow.FixedWidthTypes.Boolean),
 		str("episode_id"), str("task_id"), str("dataset"),
 	}, nil)
 	// GRPOSchema is the schema of GRPO batch files.

@@ -189,6 +189,26 @@ func (p *Process) Train(ctx context.Context, r TrainRequest) (TrainResult, error
 	return res, err
 }
 
+// ScoreResult is the worker's answer to a score request.
+type ScoreResult struct {
+	Scored   int     `json:"scored"`
+	Unscored int     `json:"unscored"`
+	ScoreS   float64 `json:"score_s"`
+}
+
+// Score has the worker's model score each record of data (a rendered
+// trajectory, trainer build's verifier/ layout) as a trajectory verifier,
+// P(YES) over YES/NO, written as JSONL to out.
+func (p *Process) Score(ctx context.Context, data, out string, maxLen int) (ScoreResult, error) {
+	var res ScoreResult
+	req := map[string]any{"op": "score", "data": data, "out": out}
+	if maxLen > 0 {
+		req["max_len"] = maxLen
+	}
+	err := p.call(ctx, req, &res)
+	return res, err
+}
+
 // Ping checks that the worker answers.
 func (p *Process) Ping(ctx context.Context) error {
 	return p.call(ctx, map[string]any{"op": "ping"}, nil)
