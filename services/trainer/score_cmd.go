@@ -118,4 +118,3 @@ func cmdScore(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		res.Scored, res.Unscored, *name, res.ScoreS, *out)
 	return nil
 }
-

@@ -272,13 +272,13 @@ type VerifierRecord struct {
 	Messages []Message `json:"messages"`
 	// LossMask trains the label only (the same SFT step trains the
 	// verifier).
-	LossMask  []int8    `json:"loss_mask"`
-	RunID     string    `json:"run_id"`
-	Label     string    `json:"label"`
-	Passed    bool      `json:"passed"`
-	EpisodeID string    `json:"episode_id"`
-	TaskID    string    `json:"task_id"`
-	Dataset   string    `json:"dataset"`
+	LossMask  []int8 `json:"loss_mask"`
+	RunID     string `json:"run_id"`
+	Label     string `json:"label"`
+	Passed    bool   `json:"passed"`
+	EpisodeID string `json:"episode_id"`
+	TaskID    string `json:"task_id"`
+	Dataset   string `json:"dataset"`
 }
 
 // VerifierQuestion ends the rendered trajectory of a verifier record.
