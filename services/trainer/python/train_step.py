@@ -296,6 +296,13 @@ def token_logps(logits, ids):
 
 
 class Objective:
+    def tokens(self):
+        """Tokens of the sequences one step runs through the model."""
+        return sum(sum(b.lens) for b in self.batches())
+
+    def batches(self):
+        return [self.batch]
+
     def loss(self, model):
         with torch.no_grad():
             return sum(self.part(model, rows, width).item() for rows, width in self.chunks())
@@ -336,6 +343,9 @@ class DPO(Objective):
         self.ref_c = self.seq_logps(self.chosen, be.ref_logps)
         self.ref_r = self.seq_logps(self.rejected, be.ref_logps)
         self.n = len(recs)
+
+    def batches(self):
+        return [self.chosen, self.rejected]
 
     def seq_logps(self, batch, fn):
         return (batch.per_token(fn, self.be.dev) * batch.mask).sum(-1)
@@ -505,6 +515,11 @@ class Trainer:
         if evaluate:
             metrics["before"] = obj.evaluate(model)
         opt = self.optimizer(mode, a.lr)
+        cuda = torch.cuda.is_available() and self.be.dev == "cuda"
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        t_steps = time.time()
         for _ in range(a.steps):
             opt.zero_grad()
             loss = 0.0
@@ -518,6 +533,11 @@ class Trainer:
             opt.step()
             metrics["loss"].append(loss)
             metrics["steps"] += 1
+        if cuda:
+            torch.cuda.synchronize()
+            metrics["peak_mem_gb"] = torch.cuda.max_memory_allocated() / 2**30
+        metrics["steps_s"] = time.time() - t_steps
+        metrics["tokens_trained"] = obj.tokens() * a.steps
         if evaluate:
             metrics["after"] = obj.evaluate(model)
         metrics.update(lr=a.lr, seconds=time.time() - t0)
