@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/medgym/medgym/cmd/medgym/internal/report"
+	"github.com/medgym/medgym/schemas/parquet"
 	"github.com/medgym/medgym/store"
 )
 
@@ -25,8 +27,13 @@ func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	priceIn := fs.Float64("price-in", 0, "USD per 1M prompt tokens")
 	priceOut := fs.Float64("price-out", 0, "USD per 1M completion tokens")
 	scoresPath := fs.String("scores", "", "trajectory-verifier scores (JSONL from trainer score) for Best@k")
+	board := fs.Bool("leaderboard", false, "a leaderboard over several runs (--run a,b,...; default every run): models × datasets, averages in and out of distribution, as leaderboard.md and leaderboard.csv")
+	ood := fs.String("ood", strings.Join(report.DefaultOOD, ","), "datasets out of distribution (leaderboard)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *board {
+		return leaderboard(ctx, *storeURL, *s3Endpoint, *runID, *out, *ood, stdout)
 	}
 	if *runID == "" {
 		return errors.New("report: --run is required (list runs with: medgym query --store DIR \"SELECT DISTINCT run_id FROM trajectories\")")
@@ -100,4 +107,49 @@ func readScores(path, runID string) (map[string]float64, string, error) {
 		return nil, "", fmt.Errorf("report: scores %s hold no score of run %s", path, runID)
 	}
 	return scores, verifier, nil
+}
+
+// leaderboard writes the leaderboard of runs (comma-separated; "" for
+// every run in the store) to out (default "leaderboard").
+func leaderboard(ctx context.Context, storeURL, endpoint, runs, out, ood string, stdout io.Writer) error {
+	st, err := store.Open(ctx, storeURL, store.Options{Endpoint: endpoint})
+	if err != nil {
+		return err
+	}
+	ids := strings.FieldsFunc(runs, func(r rune) bool { return r == ',' })
+	if len(ids) == 0 {
+		if ids, err = st.Runs(ctx); err != nil {
+			return err
+		}
+	}
+	var rows []parquet.Row
+	for _, id := range ids {
+		rs, err := st.ReadRun(ctx, id)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, rs...)
+	}
+	if len(rows) == 0 {
+		return fmt.Errorf("report: no episodes in runs %v of %s", ids, st)
+	}
+	b := report.Leaderboard(rows, strings.FieldsFunc(ood, func(r rune) bool { return r == ',' }))
+	if out == "" {
+		out = "leaderboard"
+	}
+	c, err := b.CSV()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	md := filepath.Join(out, "leaderboard.md")
+	for path, data := range map[string][]byte{md: []byte(b.Markdown()), filepath.Join(out, "leaderboard.csv"): c} {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			return fmt.Errorf("report: %w", err)
+		}
+	}
+	fmt.Fprintf(stdout, "leaderboard of %d models over %d runs: %s (and leaderboard.csv)\n", len(b.Rows), len(ids), md)
+	return nil
 }

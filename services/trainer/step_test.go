@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"os"
@@ -137,4 +138,61 @@ func TestTrainStepHF(t *testing.T) {
 		t.Fatalf("hf_check: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
+}
+
+// TestTrainStepDataParallel runs train_step.py under torchrun with 2 ranks
+// (gloo, CPU), each on its half of the toy GRPO batch: both ranks end with
+// the same weights, equal within float tolerance to one process trained on
+// the whole batch, and unlike a run on either half alone.
+func TestTrainStepDataParallel(t *testing.T) {
+	py := python(t)
+	dir := t.TempDir()
+	recs, err := os.ReadFile("testdata/toy_grpo.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var even []byte
+	for i, line := range bytes.Split(bytes.TrimSpace(recs), []byte("\n")) {
+		if i%2 == 0 {
+			even = append(append(even, line...), '\n')
+		}
+	}
+	half := filepath.Join(dir, "half.jsonl")
+	if err := os.WriteFile(half, even, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	step := []string{"python/train_step.py", "--mode", "grpo", "--backend", "tiny", "--steps", "3", "--micro-batch", "2"}
+	runStep := func(launcher []string, data, out string) {
+		t.Helper()
+		args := append(append(append([]string(nil), launcher...), step...), "--data", data, "--out", out)
+		cmd := exec.Command(py, args...)
+		cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, b)
+		}
+	}
+	torchrun := []string{"-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"}
+	runStep(torchrun, "testdata/toy_grpo.jsonl", filepath.Join(dir, "ddp"))
+	runStep(nil, "testdata/toy_grpo.jsonl", filepath.Join(dir, "union"))
+	runStep(nil, half, filepath.Join(dir, "half"))
+	cmp := `import json, sys, torch
+a, b = (torch.load(p + "/model.pt") for p in sys.argv[1:3])
+print(json.dumps(max((a[k] - b[k]).abs().max().item() for k in a)))`
+	diff := func(x, y string) float64 {
+		t.Helper()
+		out, err := exec.Command(py, "-c", cmp, filepath.Join(dir, x), filepath.Join(dir, y)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("compare %s %s: %v\n%s", x, y, err, out)
+		}
+		var d float64
+		if err := json.Unmarshal(bytes.TrimSpace(out), &d); err != nil {
+			t.Fatalf("compare: %s", out)
+		}
+		return d
+	}
+	ranks, union, alone := diff("ddp", "ddp.rank1"), diff("ddp", "union"), diff("ddp", "half")
+	t.Logf("max |Δw|: rank 0 vs rank 1 %g, vs one process on the union %g, vs one on a half %g", ranks, union, alone)
+	if ranks > 1e-6 || union > 1e-4 || alone < 100*max(union, 1e-6) {
+		t.Fatalf("rank 0 vs rank 1 %g (want ≈ 0), vs the union %g (want < 1e-4), vs a half %g (want far larger)", ranks, union, alone)
+	}
 }

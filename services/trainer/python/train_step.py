@@ -315,12 +315,12 @@ class SFT(Objective):
         self.records = sum(x is not None for x in seqs)
         self.batch = Batch([x for x in seqs if x is not None], be.pad, args.micro_batch)
         self.chunks = self.batch.chunks
-        self.ntok = self.batch.mask.sum().clamp(min=1)
+        self.ntok = global_sum(self.batch.mask.sum()).clamp(min=1)
 
     def part(self, model, rows, width):
         b = self.batch
         lp = self.be.logps(model, *b.inputs(rows, width, self.be.dev))
-        return -(lp * b.mask[rows, : width - 1].to(lp.device)).sum() / self.ntok
+        return -(lp * b.mask[rows, : width - 1].to(lp.device)).sum() / self.ntok.to(lp.device)
 
     def evaluate(self, model):
         return {"sft_loss": self.loss(model)}
@@ -342,7 +342,7 @@ class DPO(Objective):
         self.rejected = Batch([r for _, r in pairs], be.pad, args.micro_batch)
         self.ref_c = self.seq_logps(self.chosen, be.ref_logps)
         self.ref_r = self.seq_logps(self.rejected, be.ref_logps)
-        self.n = len(recs)
+        self.n = float(global_sum(torch.tensor(float(len(recs)))))
 
     def batches(self):
         return [self.chosen, self.rejected]
@@ -385,7 +385,8 @@ class GRPO(Objective):
         self.chunks = b.chunks
         self.adv = torch.tensor([float(r["advantage"]) for r in recs])
         self.w = torch.tensor([float(r.get("weight", 1.0)) for r in recs])
-        self.ntok = b.mask.sum().clamp(min=1)
+        self.ntok = global_sum(b.mask.sum()).clamp(min=1)
+        self.nseq = float(global_sum(torch.tensor(float(b.n))))
         self.ref = b.per_token(be.ref_logps, be.dev)
         self.old = b.per_token(lambda ids, attn: be.logps(model, ids, attn), be.dev)
         recorded = self.recorded_old(recs, b.mask)
@@ -425,8 +426,8 @@ class GRPO(Objective):
     def part(self, model, rows, width):
         per_tok, mask, _, _ = self.per_token(model, rows, width)
         if self.args.agg == "seq":
-            return -((per_tok * mask).sum(-1) / mask.sum(-1).clamp(min=1)).sum() / self.batch.n
-        return -(per_tok * mask).sum() / self.ntok
+            return -((per_tok * mask).sum(-1) / mask.sum(-1).clamp(min=1)).sum() / self.nseq
+        return -(per_tok * mask).sum() / self.ntok.to(per_tok.device)
 
     def evaluate(self, model):
         per_seq, kl = [], 0.0
@@ -440,6 +441,54 @@ class GRPO(Objective):
         for name, sel in (("pos", self.adv > 0), ("neg", self.adv < 0)):
             out[name + "_logp"] = per_seq[sel].mean().item() if sel.any() else None
         return out
+
+
+# ---------------------------------------------------------------- data parallel
+#
+# Under torchrun (WORLD_SIZE > 1) each rank trains on its shard of the batch
+# (records rank, rank + world, ...). The losses are normalised by counts
+# summed over all ranks (tokens, pairs, sequences), so the gradients summed
+# over ranks (all_reduce after each step's backward) are the gradient of the
+# whole batch: every rank takes the same step, and the result matches one
+# process trained on the union (TestTrainStepDataParallel).
+
+
+def dist_on():
+    import torch.distributed as dist
+    return dist.is_available() and dist.is_initialized()
+
+
+def global_sum(t):
+    """t summed over the ranks (t itself without data parallelism)."""
+    if not dist_on():
+        return t
+    import torch.distributed as dist
+    t = t.detach().float().clone()
+    dist.all_reduce(t)
+    return t
+
+
+def init_distributed():
+    """Joins the process group torchrun set up (gloo on the CPU, nccl on
+    GPUs); returns (rank, world)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1
+    import torch.distributed as dist
+    backend = os.environ.get("MEDGYM_DIST_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo")
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def all_reduce_grads(params):
+    if not dist_on():
+        return
+    import torch.distributed as dist
+    for q in params:
+        if q.grad is not None:
+            dist.all_reduce(q.grad)
 
 
 # ---------------------------------------------------------------- recipes
@@ -527,6 +576,8 @@ class Trainer:
                 part = obj.part(model, rows, width)
                 part.backward()
                 loss += part.item()
+            all_reduce_grads(self.params())
+            loss = float(global_sum(torch.tensor(loss)))
             if not math.isfinite(loss):
                 raise FloatingPointError("loss is not finite")
             torch.nn.utils.clip_grad_norm_(self.params(), 1.0)
@@ -622,16 +673,22 @@ def main(argv=None):
                    help="sequences per forward/backward; gradients accumulate over the batch (0: all at once; default 4)")
     args = p.parse_args(argv)
 
+    rank, world = init_distributed()
     random.seed(args.seed)
-    torch.manual_seed(args.seed)
+    torch.manual_seed(args.seed)  # the same initial model on every rank
     t0 = time.time()
     recs = read_jsonl(args.data)
+    if world > 1:
+        recs = recs[rank::world]
+        if rank > 0:  # rank 0 writes OUT; the others OUT.rankN (equal to it: tests compare them)
+            args.out += ".rank%d" % rank
+            args.metrics = (args.metrics or os.path.join(args.out, "metrics.json")) + ".rank%d" % rank
     tr = Trainer(args)
     tr.load_optimizer(args.init)
     over = {k: getattr(args, k) for k in ("lr", "beta", "kl_coef", "clip_eps", "steps", "agg", "max_len", "micro_batch")}
     metrics = tr.step(args.mode, recs, over)
     tr.save(args.out)
-    metrics.update(seconds=time.time() - t0, out=args.out)
+    metrics.update(seconds=time.time() - t0, out=args.out, rank=rank, world=world)
     write_metrics(args.metrics or os.path.join(args.out, "metrics.json"), metrics)
     print(json.dumps({k: metrics.get(k) for k in ("mode", "backend", "records", "steps", "before", "after", "length")}))
     return 0

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -99,5 +100,49 @@ func TestBestAtKByVerifierScores(t *testing.T) {
 	md := string(Markdown(r))
 	if !strings.Contains(md, "| k | tasks | Pass@k | Best@k | Oracle@k |") || !strings.Contains(md, "**oracle-scorer**") {
 		t.Fatalf("markdown:\n%s", md)
+	}
+}
+
+// TestLeaderboard: models × datasets in the paper's Table 3 shape, with the
+// in- and out-of-distribution averages, in Markdown and CSV.
+func TestLeaderboard(t *testing.T) {
+	var rows []parquet.Row
+	add := func(run, model, ds string, right, n int) {
+		for i := range n {
+			out := "incorrect"
+			if i < right {
+				out = "correct"
+			}
+			rows = append(rows, parquet.Row{RunID: run, Model: model, Dataset: ds, Outcome: out})
+		}
+	}
+	add("r1", "qwen-7b", "medcalcbench", 1, 4)
+	add("r1", "qwen-7b", "mimic_iii", 2, 4)
+	add("r2", "qwen-7b", "npowerai", 0, 2)
+	add("r3", "gpt", "medcalcbench", 3, 4)
+	add("r3", "gpt", "npowerai", 1, 2)
+	rows = append(rows, parquet.Row{RunID: "r3", Model: "gpt", Dataset: "mimic_iii", Outcome: "infra_failure"})
+	b := Leaderboard(rows, DefaultOOD)
+	if !slices.Equal(b.Datasets, []string{"medcalcbench", "mimic_iii", "npowerai"}) || len(b.Rows) != 2 {
+		t.Fatalf("board %+v", b)
+	}
+	gpt, qwen := b.Rows[0], b.Rows[1]
+	if gpt.Model != "gpt" || gpt.AvgID != 0.75 || gpt.AvgOOD != 0.5 || gpt.Avg != 0.625 || gpt.HaveID != true {
+		t.Fatalf("gpt %+v", gpt)
+	}
+	if _, ok := gpt.Rate["mimic_iii"]; ok {
+		t.Fatal("an infra failure counted as a scored episode")
+	}
+	if qwen.AvgID != 0.375 || qwen.AvgOOD != 0 || len(qwen.Runs) != 2 {
+		t.Fatalf("qwen %+v", qwen)
+	}
+	md := b.Markdown()
+	if !strings.Contains(md, "| model | medcalcbench | mimic_iii | npowerai (OOD) | avg in-distribution | avg out-of-distribution | avg |") ||
+		!strings.Contains(md, "| gpt | 75.00 |  | 50.00 | 75.00 | 50.00 | 62.50 |") {
+		t.Fatalf("markdown:\n%s", md)
+	}
+	c, err := b.CSV()
+	if err != nil || !strings.Contains(string(c), "qwen-7b,25.00,50.00,0.00,37.50,0.00,25.00") {
+		t.Fatalf("csv %v:\n%s", err, c)
 	}
 }
