@@ -73,7 +73,7 @@ func TestVerifierBestAtK(t *testing.T) {
 	var out bytes.Buffer
 	model := filepath.Join(dir, "verifier")
 	if err := run(ctx, []string{"train", "--mode", "sft", "--data", filepath.Join(data, "verifier/verifier.jsonl"), "--out", model,
-		"--python", py, "--worker", "python/worker.py", "--backend", "tiny", "--batch-size", "32", "--epochs", "4", "--steps", "4"},
+		"--python", py, "--worker", "python/worker.py", "--backend", "tiny", "--batch-size", "32", "--epochs", "2", "--steps", "4"},
 		&out, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
