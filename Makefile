@@ -35,7 +35,8 @@ build:
 	go build -o $(BIN)/medgym ./cmd/medgym
 	@for s in $(SERVICES); do go build -o $(BIN)/$$s ./services/$$s || exit 1; done
 
-## library: generate the task library (EHR databases, biostat, power tasks) from ../shared/data
+## library: generate the task library (EHR databases, biostat, power tasks) from ../shared/data into
+## build/library/agent (what the sandbox mounts) and build/library/verifier (task files, truths); see docs/adr/0008
 library: build
 	$(BIN)/medgym tasks generate
 
@@ -57,8 +58,10 @@ tidy:
 	@for m in $(MODULES); do (cd $$m && GOWORK=off go mod tidy -diff >/dev/null) || { echo "go mod tidy needed in $$m"; exit 1; }; done
 
 ## test: every check CI runs: gofmt, vet, go mod tidy, race tests (Docker backend included),
-## the sandbox on cgroup v2, every reference solution, bounded fuzzing
-test: fmt vet tidy test-go test-cgroup2 verify-all fuzz
+## the sandbox on cgroup v2, every reference solution, bounded fuzzing; prints each stage's time
+TEST_STAGES := setup-test library fmt vet tidy test-go test-cgroup2 verify-all fuzz
+test:
+	@scripts/stages.sh $(TEST_STAGES)
 
 ## test-cgroup2: the sandbox's cgroup tests and abuse suite on a cgroup v2 kernel (a QEMU VM)
 test-cgroup2: setup-test

@@ -58,7 +58,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions)
 			return fmt.Errorf("ensure stream %s: %w", name, err)
 		}
 	}
-	for _, b := range []string{schemas.BucketRuns, schemas.BucketEpisodes} {
+	for _, b := range []string{schemas.BucketRuns, schemas.BucketEpisodes, schemas.BucketCompletions} {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: b, Storage: storage, Replicas: o.Replicas, History: 1,
 		}); err != nil {

@@ -25,6 +25,10 @@ const (
 	// AnswerPredictions is a predictions file (TaskView.OutputFiles) scored
 	// against gold labels (accuracy, optionally AUROC).
 	AnswerPredictions AnswerType = "predictions"
+	// AnswerOutput is the whole stdout of the task's program (TaskView.Harness
+	// with the agent's code spliced in), compared exactly with the
+	// reference program's (BioCoder).
+	AnswerOutput AnswerType = "output"
 )
 
 // Outcome is the typed end of an episode.
@@ -105,7 +109,15 @@ type TaskView struct {
 	// write (e.g. "predictions.csv"); the sandbox returns their contents
 	// after each validate_code run (ExecResult.Files).
 	OutputFiles []string `json:"output_files,omitempty"`
+	// Harness, when set, is the program a validate_code action runs: the
+	// action's code replaces every HarnessMarker in it (upstream BioCoder's
+	// context code, never shown in the prompt).
+	Harness string `json:"harness,omitempty"`
 }
+
+// HarnessMarker is where TaskView.Harness takes the agent's code
+// (upstream's BioCoder marker).
+const HarnessMarker = "<<insert solution here>>"
 
 // Validate checks the fields every consumer relies on.
 func (t TaskView) Validate() error {
@@ -170,12 +182,37 @@ type EpisodeOptions struct {
 	LoopGuard string `json:"loop_guard,omitempty"`
 	// VerifierMode is "strict" (default) or "upstream".
 	VerifierMode string `json:"verifier_mode,omitempty"`
+	// Compat is "" (medgym's episode rules) or CompatUpstream: MedAgentGym's
+	// episode rules as well as its verifier rules, to reproduce or refute a
+	// paper number. It requires the other fields to be UpstreamOptions' and
+	// changes what they cannot say: the prompt lists upstream's actions only
+	// (with upstream's "exactly three" header), an action the task does not
+	// advertise is still executed (upstream has no whitelist), and reaching
+	// the turn limit is a failure whatever the last output. Absent in run
+	// specs written before it; those keep medgym's rules.
+	Compat string `json:"compat,omitempty"`
 }
+
+// CompatUpstream is EpisodeOptions.Compat for MedAgentGym's rules (upstream
+// commit e1e639e, shared/notes/upstream.md).
+const CompatUpstream = "upstream"
 
 // DefaultOptions are medgym's defaults (upstream's 15 turns, 120 s actions).
 func DefaultOptions() EpisodeOptions {
 	return EpisodeOptions{MaxTurns: 15, EndOn: EndOnBoth, ActionTimeoutSec: 120, LoopGuard: "warn", VerifierMode: "strict"}
 }
+
+// UpstreamOptions are MedAgentGym's episode rules (Compat upstream): 15
+// steps, the first accepted execution ends the episode, 120 s per code
+// execution and no episode clock, no loop guard, no verdict shown, the
+// upstream verifier rules.
+func UpstreamOptions() EpisodeOptions {
+	return EpisodeOptions{MaxTurns: 15, EndOn: EndOnAccepted, ActionTimeoutSec: 120, LoopGuard: "off",
+		VerifierMode: "upstream", Compat: CompatUpstream}
+}
+
+// Upstream reports whether o asks for MedAgentGym's episode rules.
+func (o EpisodeOptions) Upstream() bool { return o.Compat == CompatUpstream }
 
 // Validate checks the options.
 func (o EpisodeOptions) Validate() error {
@@ -194,6 +231,26 @@ func (o EpisodeOptions) Validate() error {
 	case "", "strict", "upstream":
 	default:
 		return fmt.Errorf("options: verifier_mode %q (want strict or upstream)", o.VerifierMode)
+	}
+	switch o.Compat {
+	case "":
+	case CompatUpstream:
+		u := UpstreamOptions()
+		for _, c := range []struct {
+			field     string
+			got, want any
+		}{
+			{"max_turns", o.MaxTurns, u.MaxTurns}, {"end_on", o.EndOn, u.EndOn},
+			{"show_verdict", o.ShowVerdict, u.ShowVerdict}, {"action_timeout_sec", o.ActionTimeoutSec, u.ActionTimeoutSec},
+			{"episode_timeout_sec", o.EpisodeTimeoutSec, u.EpisodeTimeoutSec}, {"loop_guard", o.LoopGuard, u.LoopGuard},
+			{"verifier_mode", o.VerifierMode, u.VerifierMode},
+		} {
+			if c.got != c.want {
+				return fmt.Errorf("options: compat upstream requires %s %v (upstream's rule), got %v", c.field, c.want, c.got)
+			}
+		}
+	default:
+		return fmt.Errorf("options: compat %q (want \"\" or %q)", o.Compat, CompatUpstream)
 	}
 	return nil
 }
@@ -288,6 +345,9 @@ type ActionRequest struct {
 	// OutputFiles are workspace-relative files to return after a
 	// validate_code run (copied from TaskView.OutputFiles).
 	OutputFiles []string `json:"output_files,omitempty"`
+	// Harness is TaskView.Harness: a validate_code action (and its replays)
+	// runs the harness with the code in place of HarnessMarker.
+	Harness string `json:"harness,omitempty"`
 }
 
 // Validate checks the request.
@@ -519,16 +579,32 @@ func (r RunSpec) Validate() error {
 	return nil
 }
 
-// RunStatus is the dispatcher's record of a run (BucketRuns).
+// RunStatus is the dispatcher's record of a run (BucketRuns). Which
+// episodes are done is recorded apart, in BucketCompletions.
 type RunStatus struct {
-	Spec      RunSpec   `json:"spec"`
-	Total     int       `json:"total"`
-	Published int       `json:"published"`
-	Done      int       `json:"done"`
-	Finished  bool      `json:"finished"`
-	Error     string    `json:"error,omitempty"`
+	Spec      RunSpec `json:"spec"`
+	Total     int     `json:"total"`
+	Published int     `json:"published"`
+	// Done counts the distinct planned episodes among the published ones
+	// that have a score.
+	Done     int    `json:"done"`
+	Finished bool   `json:"finished"`
+	Error    string `json:"error,omitempty"`
+	// Cancel, set by `medgym cancel`, asks the dispatcher to stop the run:
+	// CancelDrain (publish nothing more, let the episodes in flight finish)
+	// or CancelDrop (publish nothing more, withdraw the requests no worker
+	// took yet, and finish the run now).
+	Cancel string `json:"cancel,omitempty"`
+	// Cancelled is set with Finished when the run ended by a Cancel.
+	Cancelled bool      `json:"cancelled,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
+
+// Cancel modes of RunStatus.Cancel.
+const (
+	CancelDrain = "drain"
+	CancelDrop  = "drop"
+)
 
 // PolicyVersion announces a new policy (online RL).
 type PolicyVersion struct {

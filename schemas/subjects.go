@@ -88,6 +88,10 @@ const (
 	// BucketEpisodes holds EpisodeState by episode id (llm-worker-owned):
 	// the state after each completed turn, so another worker can resume.
 	BucketEpisodes = "MEDGYM_EPISODE_STATE"
+	// BucketCompletions holds which episodes of a run are scored
+	// (dispatcher-owned): key "<run>.<chunk>", value a bitmap of
+	// 8,192 episodes (bit i of chunk c: episode c·8192+i).
+	BucketCompletions = "MEDGYM_RUN_DONE"
 )
 
 // ValidToken reports whether s can be used as one subject token (run ids,

@@ -48,6 +48,12 @@ PKGS="$(grep -vE '^[[:space:]]*(#|$)' "$PKGS_FILE" | tr -s ' \n' ',' | sed 's/,$
 DIGEST="$( { cat "$PKGS_FILE" "$0"; echo "$MIRROR $SUITE"; } | sha256sum | cut -c1-16)"
 TAG="$REPO:$DIGEST"
 
+# One build at a time: two concurrent runs (two test jobs on one machine) would
+# delete each other's rootfs half-way.
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.lock"
+flock 9
+
 if ! "$DOCKER" version >/dev/null 2>&1; then
   echo "sandbox-image: no Docker engine answers; start one with scripts/docker.sh start" >&2
   exit 1

@@ -327,8 +327,13 @@ type Manifest struct {
 	// Counts is dataset → outcome → episodes.
 	Counts map[string]map[string]int `json:"counts"`
 	// Config is the run's configuration, any JSON value (e.g. the RunSpec).
-	Config    json.RawMessage `json:"config,omitempty"`
-	WrittenAt time.Time       `json:"written_at"`
+	Config json.RawMessage `json:"config,omitempty"`
+	// Cancelled marks a run stopped by `medgym cancel` before every
+	// planned episode ran: Total counts the stored episodes, Planned the
+	// episodes the run had.
+	Cancelled bool      `json:"cancelled,omitempty"`
+	Planned   int       `json:"planned,omitempty"`
+	WrittenAt time.Time `json:"written_at"`
 }
 
 // NewManifest counts rows by dataset and outcome. config is marshalled to

@@ -17,13 +17,13 @@ import (
 	"github.com/medgym/medgym/schemas"
 )
 
-// generateInto runs the named generator into a fresh temporary directory
-// and returns the directory with its train and test tasks.
+// generateInto runs the named generator into a fresh temporary library
+// and returns the dataset's agent-tree directory with its train and test
+// tasks (libFile finds the task files).
 func generateInto(t *testing.T, name string) (dir string, train, test []Task) {
 	t.Helper()
-	dir = t.TempDir()
-	lib := filepath.Dir(dir)
-	dir = filepath.Join(lib, name)
+	lib := t.TempDir()
+	dir = filepath.Join(AgentTree(lib), name)
 	if err := Generate(t.Context(), dataRoot(t), lib, []string{name}); err != nil {
 		t.Fatal(err)
 	}
@@ -88,17 +88,27 @@ func checkSplits(t *testing.T, dataset string, train, test []Task) {
 	t.Logf("%s: %d train, %d test, %d categories:%s", dataset, len(train), len(test), len(cats), b.String())
 }
 
+// libFile is the path of a dataset's file f given the dataset's agent-tree
+// directory (generateInto): task files are in the verifier tree.
+func libFile(agentDir, f string) string {
+	if schemas.VerifierOnlyFile(f) {
+		lib := filepath.Dir(filepath.Dir(agentDir))
+		return filepath.Join(VerifierTree(lib), filepath.Base(agentDir), f)
+	}
+	return filepath.Join(agentDir, f)
+}
+
 // checkDeterministic generates the dataset twice and compares task files.
 func checkDeterministic(t *testing.T, dataset string) {
 	t.Helper()
 	a, _, _ := generateInto(t, dataset)
 	b, _, _ := generateInto(t, dataset)
 	for _, f := range []string{"train.jsonl", "test.jsonl"} {
-		x, err := os.ReadFile(filepath.Join(a, f))
+		x, err := os.ReadFile(libFile(a, f))
 		if err != nil {
 			t.Fatal(err)
 		}
-		y, err := os.ReadFile(filepath.Join(b, f))
+		y, err := os.ReadFile(libFile(b, f))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -55,9 +55,12 @@ func testEHRSQL(t *testing.T, dataset string, gen Generator) {
 		}
 	}
 	src := Source{Dataset: dataset, LibraryDir: filepath.Dir(dirs[0])}
-	// loadLibrary reads <LibraryDir>/<dataset>; link the temp dir there.
+	// loadLibrary reads <LibraryDir>/verifier/<dataset>; link the temp dir there.
 	lib := t.TempDir()
-	if err := os.Symlink(dirs[0], filepath.Join(lib, dataset)); err != nil {
+	if err := os.Mkdir(VerifierTree(lib), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(dirs[0], filepath.Join(VerifierTree(lib), dataset)); err != nil {
 		t.Fatal(err)
 	}
 	src.LibraryDir = lib

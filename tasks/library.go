@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/medgym/medgym/schemas"
 )
 
 // Generator builds one dataset's task files and data resources from the
@@ -33,7 +35,10 @@ var generators = map[string]Generator{
 var ErrNoLibrary = errors.New("task library not generated")
 
 // Generate builds the named library datasets (all when names is empty)
-// under libraryDir.
+// under libraryDir, split into its two trees: each generator writes into a
+// staging folder; its task files (schemas.VerifierOnlyFile) go to
+// <libraryDir>/verifier/<dataset>/, the rest (databases, CSVs, notes) to
+// <libraryDir>/agent/<dataset>/. Both trees' manifests are then rewritten.
 func Generate(ctx context.Context, dataRoot, libraryDir string, names []string) error {
 	if len(names) == 0 {
 		names = generatorNames()
@@ -43,15 +48,61 @@ func Generate(ctx context.Context, dataRoot, libraryDir string, names []string) 
 		if !ok {
 			return fmt.Errorf("generate %s: %w (generated datasets: %v)", n, ErrUnknownDataset, generatorNames())
 		}
-		dir := filepath.Join(libraryDir, n)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		stage := filepath.Join(libraryDir, ".generate-"+n)
+		if err := os.RemoveAll(stage); err != nil {
 			return fmt.Errorf("generate %s: %w", n, err)
 		}
-		if err := g(ctx, dataRoot, dir); err != nil {
+		if err := os.MkdirAll(stage, 0o755); err != nil {
 			return fmt.Errorf("generate %s: %w", n, err)
+		}
+		if err := g(ctx, dataRoot, stage); err != nil {
+			return fmt.Errorf("generate %s: %w", n, err)
+		}
+		if err := splitTrees(stage, AgentTree(libraryDir), VerifierTree(libraryDir), n); err != nil {
+			return fmt.Errorf("generate %s: %w", n, err)
+		}
+		if oldLayout(libraryDir, n) { // the one-tree layout's folder, answers next to the data
+			if err := os.RemoveAll(filepath.Join(libraryDir, n)); err != nil {
+				return fmt.Errorf("generate %s: remove the old layout: %w", n, err)
+			}
 		}
 	}
+	if _, err := WriteManifests(libraryDir); err != nil {
+		return fmt.Errorf("generate: %w", err)
+	}
 	return nil
+}
+
+// splitTrees moves the verifier-only files of stage (one dataset's output)
+// to verifierRoot/name and then stage itself to agentRoot/name, replacing
+// what an earlier generation left there.
+func splitTrees(stage, agentRoot, verifierRoot, name string) error {
+	vdir := filepath.Join(verifierRoot, name)
+	if err := os.RemoveAll(vdir); err != nil {
+		return err
+	}
+	err := filepath.WalkDir(stage, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !schemas.VerifierOnlyFile(d.Name()) {
+			return err
+		}
+		rel, _ := filepath.Rel(stage, p)
+		dst := filepath.Join(vdir, rel)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		return os.Rename(p, dst)
+	})
+	if err != nil {
+		return err
+	}
+	adir := filepath.Join(agentRoot, name)
+	if err := os.RemoveAll(adir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(agentRoot, 0o755); err != nil {
+		return err
+	}
+	return os.Rename(stage, adir)
 }
 
 func generatorNames() []string { return slices.Sorted(maps.Keys(generators)) }
@@ -79,13 +130,16 @@ func WriteTasks(path string, ts []Task) error {
 	return f.Close()
 }
 
-// loadLibrary reads <LibraryDir>/<dataset>/<split>.jsonl.
+// loadLibrary reads <LibraryDir>/verifier/<dataset>/<split>.jsonl.
 func loadLibrary(ctx context.Context, src Source) ([]Task, error) {
 	if src.LibraryDir == "" {
 		return nil, fmt.Errorf("%w: dataset %s needs --library (run `make library`)", ErrNoLibrary, src.Dataset)
 	}
-	path := filepath.Join(src.LibraryDir, src.Dataset, src.Split+".jsonl")
+	path := filepath.Join(VerifierTree(src.LibraryDir), src.Dataset, src.Split+".jsonl")
 	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) && oldLayout(src.LibraryDir, src.Dataset) {
+		return nil, fmt.Errorf("%w: %s has the old one-tree layout (task files next to the data, readable by agent code); regenerate it (`make library`)", ErrNoLibrary, src.LibraryDir)
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s is missing (run `make library` or `medgym tasks generate --library %s`)", ErrNoLibrary, path, src.LibraryDir)
 	}

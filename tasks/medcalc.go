@@ -79,6 +79,13 @@ var medCalcFuncs = map[int]string{
 	69: "gestational_age",
 }
 
+// medCalcIntegerIDs are the calculators whose answer is an integer score,
+// checked as round(answer) == truth (MedCalc-Bench's evaluate.py; the CSV's
+// Output Type "integer", less 69 whose answer is a (weeks, days) tuple).
+// Upstream task files carry no Output Type, so their loader reads it here.
+var medCalcIntegerIDs = map[int]bool{4: true, 15: true, 16: true, 17: true, 18: true, 20: true, 21: true,
+	25: true, 27: true, 28: true, 29: true, 32: true, 33: true, 36: true, 43: true, 45: true, 48: true, 51: true}
+
 // MedCalcErratum is one MedCalc-Bench v1.0 row whose label is wrong; the
 // loader leaves it out.
 type MedCalcErratum struct {
@@ -184,6 +191,15 @@ func readMedCalc(ctx context.Context, path string) ([]Task, error) {
 	return out, nil
 }
 
+// medCalcProgram is the reference program of calculator fn on an entities
+// dict literal: an input outside the calculator's vocabulary exits with
+// status 1 and one line on stderr naming the calculator, parameter and
+// value (UnknownValue), not a traceback.
+func medCalcProgram(code, fn, entities string) string {
+	return code + "\n\nentities = " + entities + "\ntry:\n    answer = " + fn + "(entities)\n" +
+		"except UnknownValue as err:\n    sys.exit(\"medcalc: %s\" % err)\nprint(answer)\n"
+}
+
 // medCalcTask builds the task of one CSV record.
 func medCalcTask(rec []string, sections pySections) (Task, error) {
 	field := func(i int) string { return strings.TrimSpace(rec[i]) }
@@ -243,7 +259,7 @@ func medCalcTask(rec []string, sections pySections) (Task, error) {
 	if err != nil {
 		return Task{}, fmt.Errorf("calculator %d: %w", id, err)
 	}
-	ref := code + "\n\nentities = " + entities + "\nanswer = " + fn + "(entities)\nprint(answer)\n"
+	ref := medCalcProgram(code, fn, entities)
 	return Task{
 		View: schemas.TaskView{
 			ID:               medCalcID(row),

@@ -136,7 +136,7 @@ func TestTREQS(t *testing.T) {
 	if !testing.Short() {
 		b, _, _ := generateInto(t, TREQSDataset)
 		for _, f := range []string{"train.jsonl", "test.jsonl", "treqs.db", "LAB.csv", "LICENSE.md"} {
-			if x, y := fileSHA(t, filepath.Join(dir, f)), fileSHA(t, filepath.Join(b, f)); x != y {
+			if x, y := fileSHA(t, libFile(dir, f)), fileSHA(t, libFile(b, f)); x != y {
 				t.Errorf("%s differs between two generations", f)
 			}
 		}

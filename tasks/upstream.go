@@ -24,7 +24,12 @@ import (
 // the files upstream's code reads (shared/notes/upstream.md §3.1), with
 // their exact field names. Task ids are "<dataset>-<index>", the index of
 // the task in its file (non-blank lines, from 0), as upstream's
-// start_idx/end_idx count. Upstream tasks carry no reference solution.
+// start_idx/end_idx and history_<index>.json count, followed by the row's
+// own identity where the dataset has one ("medcalcbench-4-row1032": line
+// index 4, MedCalc-Bench Row Number 1032; see upSpec.ident). MatchID finds a
+// task by either form. Truth.Extra keeps upstream_file, upstream_line,
+// upstream_index and upstream_id ("<field> <value>"). Upstream tasks carry
+// no reference solution.
 
 // ErrMissingField and ErrFieldType classify an upstream validation error.
 var (
@@ -208,6 +213,9 @@ func scalarText(v json.RawMessage) (string, bool) {
 // upSpec describes one upstream dataset.
 type upSpec struct {
 	train, test string // file names per split
+	// ident is the field holding the row's own identity ("" when the
+	// dataset has none) and prefix its label in the task id.
+	ident, prefix string
 	// build maps one row to a task (without id, dataset and split).
 	build func(r upRow, c *upCtx) (Task, error)
 }
@@ -217,22 +225,100 @@ type upCtx struct {
 	dataset string
 	dir     string // <TasksDir>/<dataset>
 	extra   map[string]string
+	// bioOutputs are BioCoder's reference outputs, read at the first row
+	// (never nil after).
+	bioOutputs map[string]BioCoderOutput
 }
 
 // upstreamSpecs lists the 12 MedAgentGym datasets and their files.
 var upstreamSpecs = map[string]upSpec{
-	"mimic_iii":     {train: "train_tasks.jsonl", test: "valid_tasks.jsonl", build: upEHRSQL},
-	"eicu":          {train: "train_tasks.jsonl", test: "valid_tasks.jsonl", build: upEHRSQL},
-	"treqs":         {train: "train_tasks.jsonl", test: "test_tasks.jsonl", build: upTREQS},
-	"medcalcbench":  {train: "train_tasks_all.jsonl", test: "test_tasks.jsonl", build: upMedCalc},
-	"medagentbench": {train: "train_tasks.jsonl", test: "test_tasks.jsonl", build: upMedAgentBench},
-	"biocoder":      {train: "train_tasks.jsonl", test: "test_tasks.jsonl", build: upBioCoder},
-	"biodsbench":    {train: "train_tasks.jsonl", test: "test_tasks.jsonl", build: upBioDSBench},
-	"ehrshot":       {train: "task.jsonl", test: "task.jsonl", build: upEHRSHOT},
+	"mimic_iii":     {train: "train_tasks.jsonl", test: "valid_tasks.jsonl", ident: "id", build: upEHRSQL},
+	"eicu":          {train: "train_tasks.jsonl", test: "valid_tasks.jsonl", ident: "id", build: upEHRSQL},
+	"treqs":         {train: "train_tasks.jsonl", test: "test_tasks.jsonl", ident: "id", build: upTREQS},
+	"medcalcbench":  {train: "train_tasks_all.jsonl", test: "test_tasks.jsonl", ident: "Row Number", prefix: "row", build: upMedCalc},
+	"medagentbench": {train: "train_tasks.jsonl", test: "test_tasks.jsonl", ident: "id", build: upMedAgentBench},
+	"biocoder":      {train: "train_tasks.jsonl", test: "test_tasks.jsonl", ident: "idx", build: upBioCoder},
+	"biodsbench":    {train: "train_tasks.jsonl", test: "test_tasks.jsonl", ident: "question_ids", prefix: "q", build: upBioDSBench},
+	"ehrshot":       {train: "task.jsonl", test: "task.jsonl", ident: "task_id", build: upEHRSHOT},
 	"ehr_seqsql":    {train: "train_tasks.jsonl", test: "test_tasks.jsonl", build: upSeqSQL},
 	"ehrcon":        {train: "train_tasks.jsonl", test: "test_tasks.jsonl", build: upEHRCon},
-	"npowerai":      {train: "train_tasks.jsonl", test: "test_tasks.jsonl", build: upNPowerAI},
-	"mimic_extract": {train: "test_tasks.jsonl", test: "test_tasks.jsonl", build: upMIMICExtract},
+	"npowerai":      {train: "train_tasks.jsonl", test: "test_tasks.jsonl", ident: "task_id", build: upNPowerAI},
+	"mimic_extract": {train: "test_tasks.jsonl", test: "test_tasks.jsonl", ident: "task_name", build: upMIMICExtract},
+}
+
+// upIdentMax bounds the identity part of a task id (BioCoder's idx is a
+// sha256).
+const upIdentMax = 16
+
+// upIdent is the id suffix of a row's own identity: the ident field's value
+// with every character outside [A-Za-z0-9_] replaced by '_', at most
+// upIdentMax long; "" when the dataset or the row has none.
+func upIdent(sp upSpec, r upRow) (raw, suffix string) {
+	if sp.ident == "" || !r.has(sp.ident) {
+		return "", ""
+	}
+	v, ok := scalarText(r[sp.ident])
+	if !ok || strings.TrimSpace(v) == "" {
+		return "", ""
+	}
+	var b strings.Builder
+	b.WriteString(sp.prefix)
+	for _, c := range strings.TrimSpace(v) {
+		if b.Len() >= len(sp.prefix)+upIdentMax {
+			break
+		}
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_':
+			b.WriteRune(c)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	return v, b.String()
+}
+
+// MatchID reports whether task id answers to want: the same id, or an
+// upstream task id "<dataset>-<index>-<identity>" asked for by its
+// "<dataset>-<index>" part (upstream's own index).
+func MatchID(id, want string) bool {
+	return id == want || (strings.HasPrefix(id, want+"-") && !strings.Contains(id[len(want)+1:], "-") &&
+		want != "" && want[len(want)-1] >= '0' && want[len(want)-1] <= '9')
+}
+
+// UpstreamPresent lists the upstream datasets that have a folder under
+// dir, sorted.
+func UpstreamPresent(dir string) ([]string, error) {
+	var out []string
+	for _, ds := range UpstreamDatasets() {
+		fi, err := os.Stat(filepath.Join(dir, ds))
+		switch {
+		case err == nil && fi.IsDir():
+			out = append(out, ds)
+		case err != nil && !errors.Is(err, fs.ErrNotExist):
+			return nil, fmt.Errorf("upstream tasks: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// UpstreamSplits splits splits into those whose file exists under dir for
+// dataset and those whose file is missing.
+func UpstreamSplits(dir, dataset string, splits []string) (present, missing []string, err error) {
+	for _, sp := range splits {
+		rel, err := UpstreamFile(dataset, sp)
+		if err != nil {
+			return nil, nil, err
+		}
+		switch _, err := os.Stat(filepath.Join(dir, rel)); {
+		case err == nil:
+			present = append(present, sp)
+		case errors.Is(err, fs.ErrNotExist):
+			missing = append(missing, sp)
+		default:
+			return nil, nil, fmt.Errorf("upstream tasks: %w", err)
+		}
+	}
+	return present, missing, nil
 }
 
 // UpstreamDatasets lists the upstream dataset names LoadUpstream reads.
@@ -301,6 +387,19 @@ func LoadUpstream(ctx context.Context, src Source) ([]Task, error) {
 			return nil, &UpstreamError{File: path, Line: line, Err: err}
 		}
 		t.View.ID = fmt.Sprintf("%s-%d", src.Dataset, len(out))
+		raw, suffix := upIdent(sp, row)
+		if suffix != "" {
+			t.View.ID += "-" + suffix
+		}
+		if t.Truth.Extra == nil {
+			t.Truth.Extra = map[string]string{}
+		}
+		t.Truth.Extra["upstream_file"] = rel
+		t.Truth.Extra["upstream_line"] = strconv.Itoa(line)
+		t.Truth.Extra["upstream_index"] = strconv.Itoa(len(out))
+		if raw != "" {
+			t.Truth.Extra["upstream_id"] = sp.ident + " " + raw
+		}
 		t.View.Dataset = src.Dataset
 		t.View.Split = split
 		t.View.AnswerType = t.Truth.Type
@@ -309,6 +408,18 @@ func LoadUpstream(ctx context.Context, src Source) ([]Task, error) {
 		}
 		if t.View.Category == "" {
 			t.View.Category = src.Dataset
+		}
+		if src.Dataset == "biocoder" {
+			if c.bioOutputs == nil {
+				outs, err := readBioCoderOutputs(src.TasksDir)
+				if err != nil {
+					return nil, err
+				}
+				c.bioOutputs = outs
+			}
+			if err := attachBioCoderOutput(&t, c.bioOutputs, rel, line); err != nil {
+				return nil, &UpstreamError{File: path, Line: line, Err: err}
+			}
 		}
 		if err := t.View.Validate(); err != nil {
 			return nil, &UpstreamError{File: path, Line: line, Err: err}
@@ -345,6 +456,16 @@ func goldTruth(vals []string) Truth {
 		tr.Answer = string(b)
 	}
 	return tr
+}
+
+// atoiOr is the integer s holds (as text or a float with no fraction), or
+// def.
+func atoiOr(s string, def int) int {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || f != math.Trunc(f) {
+		return def
+	}
+	return int(f)
 }
 
 func isFloat(s string) bool {
@@ -496,6 +617,9 @@ func upMedCalc(r upRow, _ *upCtx) (Task, error) {
 		tr.Type = schemas.AnswerDate
 	case upTupleRe.MatchString(ans):
 		tr.Type = schemas.AnswerTuple
+	case isFloat(ans) && medCalcIntegerIDs[atoiOr(calc, -1)]:
+		// As the built-in tasks: round(answer) == truth, not [x, x] limits.
+		tr.Type = schemas.AnswerInteger
 	case isFloat(ans):
 		tr.Type = schemas.AnswerNumber
 		l, errL := strconv.ParseFloat(strings.TrimSpace(lo), 64)
@@ -617,14 +741,92 @@ func upBioCoder(r upRow, _ *upCtx) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
+	solution, err := r.optStr("solution")
+	if err != nil {
+		return Task{}, err
+	}
 	instr := "You are a bioinformatics expert. Write a python function that solves the problem below. Only write the " +
 		"function (with the imports it needs); it will be inserted into a larger program. The function must have " +
 		"this signature:\n" + sig
+	// Graded by output (schemas.AnswerOutput): the agent's function runs
+	// inside the context (View.Harness), its stdout against the reference
+	// solution's, run the same way (BioCoderOutputs; attachBioCoderOutput).
 	return Task{
-		View: schemas.TaskView{Question: problem, Instruction: instr,
-			PermittedActions: append([]string(nil), medCalcActions...)},
-		Truth: Truth{Type: schemas.AnswerString, Extra: map[string]string{"idx": idx, "context": ctxCode, "code": code}},
+		View: schemas.TaskView{Question: problem, Instruction: instr, Harness: ctxCode,
+			PermittedActions: []string{"validate_code", "debug", "terminal"}},
+		Truth: Truth{Type: schemas.AnswerOutput, Extra: map[string]string{"idx": idx, "context": ctxCode, "code": code,
+			"solution": solution}},
 	}, nil
+}
+
+// BioCoderOutputsFile is where `medgym tasks reference-outputs` writes the
+// output of every BioCoder reference solution, relative to TasksDir.
+const BioCoderOutputsFile = "biocoder/medgym_reference_outputs.jsonl"
+
+// BioCoderOutput is one line of BioCoderOutputsFile: the run of one task's
+// reference solution spliced into its context, in the sandbox, as an
+// agent's function is run. File and Line name the task (as Truth.Extra's
+// upstream_file and upstream_line), Idx guards against a changed task file.
+type BioCoderOutput struct {
+	File     string `json:"file"`
+	Line     int    `json:"line"`
+	Idx      string `json:"idx"`
+	Status   string `json:"status"`
+	ExitCode int    `json:"exit_code"`
+	Stdout   string `json:"stdout"`
+	// Message is the run's observation text (upstream's env_message: stdout
+	// then stderr), the ground truth of upstream's rule.
+	Message string `json:"message"`
+}
+
+// Truth.Extra["reference_output"] says whether a BioCoder task has its
+// reference output: "ok", "missing" (no outputs file or no line for the
+// task) or "failed" (the reference did not exit cleanly).
+
+// readBioCoderOutputs reads BioCoderOutputsFile under dir, keyed by
+// file:line; a missing file is an empty map.
+func readBioCoderOutputs(dir string) (map[string]BioCoderOutput, error) {
+	path := filepath.Join(dir, BioCoderOutputsFile)
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]BioCoderOutput{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("upstream tasks: %w", err)
+	}
+	out := map[string]BioCoderOutput{}
+	for i, line := range bytes.Split(raw, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var o BioCoderOutput
+		if err := json.Unmarshal(line, &o); err != nil {
+			return nil, &UpstreamError{File: path, Line: i + 1, Err: fmt.Errorf("not a reference output: %w", err)}
+		}
+		out[o.File+":"+strconv.Itoa(o.Line)] = o
+	}
+	return out, nil
+}
+
+// attachBioCoderOutput sets t's truth from its reference run: Answer is the
+// reference's stdout, Extra["reference_message"] its env_message.
+func attachBioCoderOutput(t *Task, outs map[string]BioCoderOutput, rel string, line int) error {
+	o, ok := outs[rel+":"+strconv.Itoa(line)]
+	switch {
+	case !ok:
+		t.Truth.Extra["reference_output"] = "missing"
+		return nil
+	case o.Idx != t.Truth.Extra["idx"]:
+		return fmt.Errorf("%s has the output of idx %q for this line, the task is idx %q: the task file changed, "+
+			"run medgym tasks reference-outputs again", BioCoderOutputsFile, o.Idx, t.Truth.Extra["idx"])
+	case o.Status != schemas.StatusOK || o.ExitCode != 0:
+		t.Truth.Extra["reference_output"] = "failed"
+	default:
+		t.Truth.Extra["reference_output"] = "ok"
+	}
+	t.Truth.Answer = o.Stdout
+	t.Truth.Extra["reference_message"] = o.Message
+	return nil
 }
 
 // upBioDSBench maps a BioDSBench row: question = queries + cot_instructions.
@@ -741,8 +943,9 @@ func upEHRCon(r upRow, c *upCtx) (Task, error) {
 	extra := " The database is the SQLite file /data/" + c.dataset + "/EHRCon_combined.db and the clinical notes are in " +
 		"/data/" + c.dataset + "/clinical_notes.csv."
 	return Task{
+		// Upstream's EHRCon task is the one that advertises all four actions.
 		View: schemas.TaskView{Question: q, Instruction: upEHRInstruction(c.dataset, upMIMICTables, extra),
-			Resources: []string{c.dataset}, PermittedActions: append([]string(nil), ehrsqlActions...)},
+			Resources: []string{c.dataset}, PermittedActions: []string{"request_info", "validate_code", "debug", "terminal", "answer"}},
 		Truth: Truth{Type: schemas.AnswerBoolean, Answer: strconv.FormatBool(hasErr),
 			Extra: map[string]string{"n_inconsistencies": n, "admission": adm, "entity": entity}},
 	}, nil

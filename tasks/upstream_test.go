@@ -2,7 +2,9 @@ package tasks
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,7 +18,7 @@ const upstreamFixtures = "testdata/upstream"
 // checks ids, views, and that no task has a reference.
 func TestLoadUpstreamAll(t *testing.T) {
 	want := map[string][2]int{ // train, test
-		"mimic_iii": {3, 1}, "eicu": {1, 1}, "treqs": {2, 1}, "medcalcbench": {1, 3}, "medagentbench": {2, 1},
+		"mimic_iii": {3, 1}, "eicu": {1, 1}, "treqs": {2, 1}, "medcalcbench": {1, 4}, "medagentbench": {2, 1},
 		"biocoder": {1, 1}, "biodsbench": {1, 1}, "ehrshot": {2, 2}, "ehr_seqsql": {1, 1}, "ehrcon": {2, 2},
 		"npowerai": {2, 2}, "mimic_extract": {1, 1},
 	}
@@ -35,7 +37,7 @@ func TestLoadUpstreamAll(t *testing.T) {
 			}
 			for j, tk := range ts {
 				v := tk.View
-				if v.ID != ds+"-"+strconv.Itoa(j) || v.Dataset != ds || v.Split != split || v.Category == "" ||
+				if !MatchID(v.ID, ds+"-"+strconv.Itoa(j)) || v.Dataset != ds || v.Split != split || v.Category == "" ||
 					v.Instruction == "" || v.Question == "" || len(v.PermittedActions) == 0 || v.AnswerType != tk.Truth.Type {
 					t.Errorf("%s/%s: bad view %+v", ds, split, v)
 				}
@@ -63,7 +65,7 @@ func TestLoadUpstreamFields(t *testing.T) {
 		return ts
 	}
 	m := load("mimic_iii", "train") // a blank line does not count
-	if m[2].View.ID != "mimic_iii-2" || m[2].Truth.Type != schemas.AnswerList || len(m[2].Truth.Values) != 2 {
+	if m[2].View.ID != "mimic_iii-2-synthetic_0003" || m[2].Truth.Type != schemas.AnswerList || len(m[2].Truth.Values) != 2 {
 		t.Errorf("mimic_iii list task: %+v", m[2])
 	}
 	if m[0].View.Question != "what is the gender of patient 101?" || m[0].Truth.Type != schemas.AnswerString ||
@@ -83,6 +85,19 @@ func TestLoadUpstreamFields(t *testing.T) {
 		t.Errorf("treqs: %+v / %+v", tr[0], tr[1].Truth)
 	}
 	mc := load("medcalcbench", "test")
+	// Upstream's own identity: the line index (upstream's idx) and the Row
+	// Number, in the id and in Extra.
+	if mc[3].View.ID != "medcalcbench-3-row1032" || mc[3].Truth.Extra["upstream_id"] != "Row Number 1032" ||
+		mc[3].Truth.Extra["upstream_line"] != "4" || mc[3].Truth.Extra["upstream_index"] != "3" ||
+		mc[3].Truth.Extra["upstream_file"] != "medcalcbench/test_tasks.jsonl" {
+		t.Errorf("medcalcbench identity: %s %v", mc[3].View.ID, mc[3].Truth.Extra)
+	}
+	// An integer calculator (GCS, id 21) with numeric [11, 11] limits is
+	// checked as the built-in tasks are: round(answer) == 11.
+	if mc[3].Truth.Type != schemas.AnswerInteger || mc[3].Truth.Answer != "11" || mc[3].Truth.Lower != nil ||
+		mc[3].View.AnswerType != schemas.AnswerInteger {
+		t.Errorf("medcalcbench integer calculator: %+v", mc[3].Truth)
+	}
 	if mc[0].Truth.Type != schemas.AnswerNumber || *mc[0].Truth.Lower != 73.889 || mc[0].View.Context == "" ||
 		mc[1].Truth.Type != schemas.AnswerDate || mc[2].Truth.Type != schemas.AnswerTuple {
 		t.Errorf("medcalcbench: %+v %+v %+v", mc[0].Truth, mc[1].Truth, mc[2].Truth)
@@ -173,5 +188,115 @@ func TestLoadUpstreamErrors(t *testing.T) {
 	}
 	if _, err := LoadUpstream(t.Context(), Source{Dataset: "eicu", Split: "dev", TasksDir: bad}); err == nil {
 		t.Error("unknown split accepted")
+	}
+}
+
+// TestUpstreamIdentity checks the id suffix of every dataset that has an
+// identity field, and MatchID.
+func TestUpstreamIdentity(t *testing.T) {
+	want := map[string]string{
+		"eicu/test": "eicu-0-synthetic_e2", "treqs/test": "treqs-0-2", "medagentbench/test": "medagentbench-0-task5_3",
+		"biocoder/test": "biocoder-0-0000000000000000", "biodsbench/test": "biodsbench-0-q0", "ehrshot/test": "ehrshot-0-0",
+		"ehrcon/test": "ehrcon-0", "ehr_seqsql/test": "ehr_seqsql-0", "npowerai/test": "npowerai-0-synthetic_1",
+		"mimic_extract/test": "mimic_extract-0-mort_icu", "medcalcbench/test": "medcalcbench-0-row1",
+	}
+	for k, id := range want {
+		ds, split, _ := strings.Cut(k, "/")
+		ts, err := LoadUpstream(t.Context(), Source{Dataset: ds, Split: split, TasksDir: upstreamFixtures})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ts[0].View.ID != id {
+			t.Errorf("%s: first id %q, want %q", k, ts[0].View.ID, id)
+		}
+	}
+	for _, c := range []struct {
+		id, want string
+		ok       bool
+	}{
+		{"medcalcbench-4-row1032", "medcalcbench-4", true},
+		{"medcalcbench-4-row1032", "medcalcbench-4-row1032", true},
+		{"medcalcbench-40-row7", "medcalcbench-4", false},
+		{"medcalcbench-4-row1032", "medcalcbench-4-row", false},
+		{"medcalcbench-4", "medcalcbench-4", true},
+		{"mimic_iii-2-synthetic_0003", "mimic_iii", false},
+		{"a-b-c", "a-b", false},
+	} {
+		if got := MatchID(c.id, c.want); got != c.ok {
+			t.Errorf("MatchID(%q, %q) = %v, want %v", c.id, c.want, got, c.ok)
+		}
+	}
+}
+
+// TestUpstreamDiscovery checks which dataset folders and split files
+// UpstreamPresent and UpstreamSplits find.
+func TestUpstreamDiscovery(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"medcalcbench/test_tasks.jsonl", "treqs/train_tasks.jsonl", "notupstream/x.jsonl"} {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := UpstreamPresent(dir)
+	if err != nil || strings.Join(got, ",") != "medcalcbench,treqs" {
+		t.Errorf("UpstreamPresent = %v, %v", got, err)
+	}
+	present, missing, err := UpstreamSplits(dir, "medcalcbench", []string{"train", "test"})
+	if err != nil || strings.Join(present, ",") != "test" || strings.Join(missing, ",") != "train" {
+		t.Errorf("UpstreamSplits medcalcbench = %v %v %v", present, missing, err)
+	}
+	if _, _, err := UpstreamSplits(dir, "medcalcbench", []string{"dev"}); err == nil {
+		t.Error("unknown split accepted")
+	}
+}
+
+// TestBioCoderOutputs checks how the loader attaches reference outputs: by
+// file and line, a stale idx an error, a failed run marked as such.
+func TestBioCoderOutputs(t *testing.T) {
+	dir := t.TempDir()
+	src, err := os.ReadFile(filepath.Join("testdata", "upstream-biocoder", "biocoder", "test_tasks.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "biocoder"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "biocoder", "test_tasks.jsonl"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	load := func(outputs string) ([]Task, error) {
+		if err := os.WriteFile(filepath.Join(dir, BioCoderOutputsFile), []byte(outputs), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return LoadUpstream(t.Context(), Source{Dataset: "biocoder", Split: "test", TasksDir: dir})
+	}
+	ts, err := load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx0, idx1 := ts[0].Truth.Extra["idx"], ts[1].Truth.Extra["idx"]
+	if ts[0].Truth.Type != schemas.AnswerOutput || ts[0].Truth.Extra["reference_output"] != "missing" ||
+		!strings.Contains(ts[0].View.Harness, schemas.HarnessMarker) || slices.Contains(ts[0].View.PermittedActions, "answer") {
+		t.Fatalf("no outputs: %+v / %+v", ts[0].View, ts[0].Truth)
+	}
+	ts, err = load(`{"file":"biocoder/test_tasks.jsonl","line":1,"idx":"` + idx0 + `","status":"ok","exit_code":0,"stdout":"x 0.5\n","message":"x 0.5\n"}` + "\n" +
+		`{"file":"biocoder/test_tasks.jsonl","line":2,"idx":"` + idx1 + `","status":"error","exit_code":1,"stdout":"","message":"Traceback"}` + "\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts[0].Truth.Answer != "x 0.5\n" || ts[0].Truth.Extra["reference_output"] != "ok" ||
+		ts[1].Truth.Extra["reference_output"] != "failed" || ts[1].Truth.Extra["reference_message"] != "Traceback" ||
+		ts[2].Truth.Extra["reference_output"] != "missing" {
+		t.Fatalf("outputs: %+v / %+v / %+v", ts[0].Truth, ts[1].Truth, ts[2].Truth)
+	}
+	if _, err := load(`{"file":"biocoder/test_tasks.jsonl","line":1,"idx":"` + idx1 + `","status":"ok","stdout":"x"}` + "\n"); err == nil ||
+		!strings.Contains(err.Error(), "task file changed") || !strings.Contains(err.Error(), "test_tasks.jsonl:1") {
+		t.Fatalf("stale outputs: %v", err)
+	}
+	if _, err := load("not json\n"); err == nil || !strings.Contains(err.Error(), BioCoderOutputsFile+":1") {
+		t.Fatalf("bad outputs file: %v", err)
 	}
 }

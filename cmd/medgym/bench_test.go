@@ -43,6 +43,7 @@ import (
 	"github.com/medgym/medgym/schemas/parquet"
 	"github.com/medgym/medgym/services/llm-worker/fakellm"
 	"github.com/medgym/medgym/store"
+	"github.com/medgym/medgym/tasks"
 )
 
 // benchFlags are run flags with their defaults, like baseFlags for tests.
@@ -368,7 +369,9 @@ func (c *cluster) stopAll() {
 func (c *cluster) sandboxWorker(i, conc int) *exec.Cmd {
 	wr := filepath.Join(c.work, fmt.Sprintf("sandboxes-%d", i))
 	_ = os.MkdirAll(wr, 0o755)
-	return c.start("sandbox-worker", "--library", filepath.Join(c.work, "library"), "--work-root", wr,
+	agent := tasks.AgentTree(filepath.Join(c.work, "library"))
+	_ = os.MkdirAll(agent, 0o755)
+	return c.start("sandbox-worker", "--agent-tree", agent, "--work-root", wr,
 		"--concurrency", strconv.Itoa(conc))
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
 	"github.com/medgym/medgym/services/llm-worker/fakellm"
+	"github.com/medgym/medgym/tasks"
 )
 
 // repoRoot is the directory holding go.work.
@@ -190,7 +191,7 @@ func TestChaosExternalProcesses(t *testing.T) {
 	defer ns.stop()
 	storeDir := filepath.Join(work, "store")
 	library := filepath.Join(work, "library")
-	if err := os.MkdirAll(library, 0o755); err != nil {
+	if err := os.MkdirAll(tasks.AgentTree(library), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	common := []string{"--nats", url, "--metrics", ""}
@@ -207,23 +208,12 @@ func TestChaosExternalProcesses(t *testing.T) {
 		"dispatcher":      mk("dispatcher", "--data", data, "--library", library),
 		"llm-worker1":     mk("llm-worker1", "--data", data, "--library", library, "--ack-wait", "4s", "--concurrency", "8"),
 		"llm-worker2":     mk("llm-worker2", "--data", data, "--library", library, "--ack-wait", "4s", "--concurrency", "8"),
-		"sandbox-worker1": mk("sandbox-worker1", "--library", library, "--work-root", wr(1), "--ack-wait", "4s"),
-		"sandbox-worker2": mk("sandbox-worker2", "--library", library, "--work-root", wr(2), "--ack-wait", "4s"),
+		"sandbox-worker1": mk("sandbox-worker1", "--agent-tree", tasks.AgentTree(library), "--work-root", wr(1), "--ack-wait", "4s"),
+		"sandbox-worker2": mk("sandbox-worker2", "--agent-tree", tasks.AgentTree(library), "--work-root", wr(2), "--ack-wait", "4s"),
 		"verifier":        mk("verifier", "--data", data, "--library", library, "--store", storeDir, "--ack-wait", "4s", "--concurrency", "8"),
 	}
 	// Wait until nats-server answers, then start the services.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("nats-server did not start")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitListening(t, addr)
 	for _, p := range procs {
 		p.start()
 	}

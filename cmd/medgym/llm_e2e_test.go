@@ -408,7 +408,7 @@ func startPipeline(t *testing.T, ctx context.Context, f *runFlags) *pipeline {
 	})
 	goRun("sandbox-worker", func(ctx context.Context) error {
 		return sandboxworker.Run(ctx, conn, sandboxworker.Config{
-			Sandbox: sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: f.library,
+			Sandbox: sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: tasks.AgentTree(f.library),
 				Limits: sandboxworker.Limits{MemoryBytes: int64(f.memoryMB) << 20}},
 			Worker: "sandbox"}, log)
 	})

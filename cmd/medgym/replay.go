@@ -87,14 +87,26 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stderr, "run %s has no manifest with its options: replaying with the default episode options\n", *runID)
 	}
 	logger := newLogger(stderr, *logLevel)
-	sb, err := sandboxworker.Open(ctx, sandboxworker.SandboxConfig{Backend: *backend, DataRoot: *library,
+	agent, cleanup, err := (&serviceFlags{library: *library, tasksDir: *tasksDir}).agentTree()
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	sb, err := sandboxworker.Open(ctx, sandboxworker.SandboxConfig{Backend: *backend, DataRoot: agent,
 		Limits: sandboxworker.Limits{MemoryBytes: int64(*memoryMB) << 20}}, logger)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = sb.Close() }()
 	start := time.Now()
-	rep, err := replay.Run(ctx, *runID, rows, replay.Options{Tasks: tasks.NewCache(*data, *tasksDir, *library), Exec: sb,
+	hashes, err := tasks.LibraryHashes(*library)
+	if *tasksDir != "" {
+		hashes, err = tasks.UpstreamHashes(*tasksDir)
+	}
+	if err != nil {
+		return err
+	}
+	rep, err := replay.Run(ctx, *runID, rows, replay.Options{Tasks: tasks.NewCache(*data, *tasksDir, *library), Exec: sb, Hashes: hashes,
 		Mode: *mode, FormatReward: *formatReward, EpisodeOptions: eo, Concurrency: *conc})
 	if err != nil {
 		return err

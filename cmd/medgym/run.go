@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -57,7 +58,15 @@ type runFlags struct {
 	maxInFlight  int
 	quiet        bool
 	specFile     string
+	// upstreamCompat starts the options from schemas.UpstreamOptions;
+	// explicit holds the flags given on the command line (set by cmdRun),
+	// so that one contradicting upstream's rules is an error.
+	upstreamCompat bool
+	explicit       map[string]bool
 }
+
+// upstreamOptionFlags are the flags whose option --upstream-compat fixes.
+var upstreamOptionFlags = []string{"max-turns", "end-on", "show-verdict", "loop-guard", "verifier-mode", "action-timeout", "episode-timeout"}
 
 func (f *runFlags) register(fs *flag.FlagSet) {
 	f.serviceFlags.register(fs)
@@ -96,6 +105,22 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxInFlight, "max-in-flight", 64, "episodes in flight at once")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress line")
 	fs.StringVar(&f.specFile, "spec", "", "run spec file (YAML or JSON, keys as schemas.RunSpec); flags given explicitly override it")
+	fs.BoolVar(&f.upstreamCompat, "upstream-compat", false, "MedAgentGym's episode rules as well as its verifier rules "+
+		"(options.compat upstream): upstream's four actions only, the first accepted execution ends the episode, the turn "+
+		"limit is a failure, 15 steps, 120 s per execution, no loop guard, --verifier-mode upstream")
+}
+
+// compatConflict is the error of an option flag given with --upstream-compat.
+func (f *runFlags) compatConflict() error {
+	if !f.upstreamCompat {
+		return nil
+	}
+	for _, name := range upstreamOptionFlags {
+		if f.explicit[name] {
+			return fmt.Errorf("--upstream-compat fixes --%s to upstream's rule; drop --%s", name, name)
+		}
+	}
+	return nil
 }
 
 func (f *runFlags) spec() (schemas.RunSpec, error) {
@@ -103,6 +128,12 @@ func (f *runFlags) spec() (schemas.RunSpec, error) {
 	opts.MaxTurns, opts.EndOn, opts.ShowVerdict = f.maxTurns, f.endOn, f.showVerdict
 	opts.LoopGuard, opts.VerifierMode = f.loopGuard, f.verifierMode
 	opts.ActionTimeoutSec, opts.EpisodeTimeoutSec = f.actionTO, f.episodeTO
+	if err := f.compatConflict(); err != nil {
+		return schemas.RunSpec{}, err
+	}
+	if f.upstreamCompat {
+		opts = schemas.UpstreamOptions()
+	}
 	pol := schemas.PolicySpec{Name: f.policy, Model: f.model, BaseURL: f.llmURL, APIKeyEnv: f.apiKeyEnv,
 		MaxTokens: f.maxTokens, Logprobs: f.logprobs, Seed: f.policySeed}
 	if f.policy == schemas.PolicyReference {
@@ -137,6 +168,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var f runFlags
 	f.register(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	f.explicit = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.explicit[fl.Name] = true })
+	if err := f.compatConflict(); err != nil {
 		return err
 	}
 	spec, err := f.spec()
@@ -193,8 +229,13 @@ func printSummary(w io.Writer, r runResult) {
 	fmt.Fprintf(w, ") in %s\ntrajectories: %s\n", r.Elapsed.Round(time.Millisecond), filepath.ToSlash(r.Store))
 }
 
-// preflight fails fast, with the fix, on what would make every episode fail.
+// preflight fails fast, with the fix, on what would make every episode fail,
+// and on a run larger than --max-episodes.
 func preflight(ctx context.Context, spec schemas.RunSpec, f *runFlags) error {
+	if err := checkSize(spec, 1, f.maxEpisodes); err != nil { // before loading any task
+		return err
+	}
+	selected := 0
 	for _, ds := range spec.Datasets {
 		ts, err := tasks.Load(ctx, tasks.Source{Dataset: ds, Split: spec.Split, DataRoot: f.data, TasksDir: f.tasksDir, LibraryDir: f.library})
 		if err != nil {
@@ -203,6 +244,23 @@ func preflight(ctx context.Context, spec schemas.RunSpec, f *runFlags) error {
 		if len(ts) == 0 {
 			return fmt.Errorf("dataset %s has no %s tasks (try --split test)", ds, spec.Split)
 		}
+		if spec.Policy.Name == schemas.PolicyReference {
+			if err := haveReferences(ds, ts, f.tasksDir != "" || spec.TasksDir != ""); err != nil {
+				return err
+			}
+		}
+		for _, t := range ts {
+			if (len(spec.Categories) == 0 || slices.Contains(spec.Categories, t.View.Category)) &&
+				(len(spec.TaskIDs) == 0 || slices.Contains(spec.TaskIDs, t.View.ID)) {
+				selected++
+			}
+		}
+	}
+	if spec.Limit > 0 {
+		selected = min(selected, spec.Limit)
+	}
+	if err := checkSize(spec, selected, f.maxEpisodes); err != nil {
+		return err
 	}
 	if spec.Policy.Name == schemas.PolicyOpenAI {
 		if spec.Policy.BaseURL == "" {
@@ -223,6 +281,24 @@ func preflight(ctx context.Context, spec schemas.RunSpec, f *runFlags) error {
 		_ = resp.Body.Close()
 	}
 	return nil
+}
+
+// haveReferences refuses a reference-policy run over tasks without a
+// reference solution: every such episode would end as infra_failure.
+func haveReferences(ds string, ts []tasks.Task, upstream bool) error {
+	missing := 0
+	for i := range ts {
+		if ts[i].Reference == "" {
+			missing++
+		}
+	}
+	switch {
+	case missing == 0:
+		return nil
+	case upstream:
+		return fmt.Errorf("--policy reference cannot play --tasks-dir tasks: upstream MedAgentGym task files carry no reference solutions (%d of %d %s tasks have none); use --policy openai", missing, len(ts), ds)
+	}
+	return fmt.Errorf("--policy reference: %d of %d %s tasks have no reference solution", missing, len(ts), ds)
 }
 
 // runSpec submits spec and follows it to completion; without --nats it
@@ -277,7 +353,7 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 		return runResult{}, err
 	}
 	fmt.Fprintf(stderr, "run %s submitted (%s, policy %s)\n", spec.RunID, strings.Join(spec.Datasets, ","), policyLabel(spec.Policy))
-	status, outcomes, err := follow(ctx, conn, spec.RunID, stderr, f.quiet, svcErr)
+	status, _, err := follow(ctx, conn, spec.RunID, stderr, f.quiet, svcErr)
 	stopServices()
 	if wait != nil {
 		if werr := wait(); werr != nil && err == nil {
@@ -287,7 +363,7 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 	if err != nil {
 		return runResult{}, err
 	}
-	res := runResult{RunID: spec.RunID, Total: status.Total, Outcomes: outcomes, Store: st.String(), Elapsed: time.Since(start)}
+	res := runResult{RunID: spec.RunID, Total: status.Total, Outcomes: map[schemas.Outcome]int{}, Store: st.String(), Elapsed: time.Since(start)}
 	// Every row is stored (the scores say so); the store may still be
 	// briefly unreachable, so reading back waits for it, within bounds.
 	var rows []parquet.Row
@@ -304,6 +380,17 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 		case <-time.After(wait):
 		}
 	}
+	// The outcomes are the stored rows' (the scores stream may also carry
+	// messages no verifier sent).
+	for _, r := range rows {
+		res.Outcomes[schemas.Outcome(r.Outcome)]++
+	}
+	if status.Cancelled {
+		if err := writeCancelledManifest(ctx, st, status, rows); err != nil {
+			return res, err
+		}
+		return res, fmt.Errorf("run %s was cancelled (%s): %d of %d episodes stored", spec.RunID, status.Cancel, len(rows), status.Total)
+	}
 	if len(rows) != res.Total {
 		return res, fmt.Errorf("run %s: store %s holds %d of %d episodes", spec.RunID, st, len(rows), res.Total)
 	}
@@ -317,6 +404,19 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 	return res, nil
 }
 
+// checkSize refuses a run of more than maxEpisodes episodes (tasks ×
+// samples), as the dispatcher does.
+func checkSize(spec schemas.RunSpec, tasks, maxEpisodes int) error {
+	if maxEpisodes < 1 {
+		return fmt.Errorf("--max-episodes must be ≥ 1, got %d", maxEpisodes)
+	}
+	if tasks > 0 && spec.Samples > maxEpisodes/tasks {
+		return fmt.Errorf("run %s: %d tasks × %d samples is more than the limit of %d episodes per run "+
+			"(lower --samples or --limit, or raise --max-episodes here and on the dispatcher)", spec.RunID, tasks, spec.Samples, maxEpisodes)
+	}
+	return nil
+}
+
 func policyLabel(p schemas.PolicySpec) string {
 	if p.Name == schemas.PolicyReference {
 		return "reference (reference solutions, no model)"
@@ -324,9 +424,11 @@ func policyLabel(p schemas.PolicySpec) string {
 	return p.Name + " " + p.Model
 }
 
-// follow watches the run's status and scores until every episode has an
-// outcome, printing a progress line. It returns the final status and the
-// count of episodes per outcome.
+// follow watches the run's status and scores until the dispatcher
+// records the run finished (every planned episode scored, or the run
+// cancelled), printing a progress line. It returns the final status and
+// the count of scored episodes per outcome, from the scores stream. It
+// rides out a NATS outage: a failed read is retried on the next tick.
 func follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quiet bool, svcErr <-chan error) (schemas.RunStatus, map[schemas.Outcome]int, error) {
 	kv, err := conn.JS.KeyValue(ctx, schemas.BucketRuns)
 	if err != nil {
@@ -339,6 +441,26 @@ func follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quie
 	}
 	outcomes := map[schemas.Outcome]int{}
 	seen := map[string]bool{}
+	readScores := func() {
+		for {
+			batch, err := cons.FetchNoWait(500)
+			if err != nil {
+				return
+			}
+			n := 0
+			for m := range batch.Messages() {
+				n++
+				var sc schemas.Score
+				if json.Unmarshal(m.Data(), &sc) == nil && strings.HasPrefix(sc.EpisodeID, runID+"--") && !seen[sc.EpisodeID] {
+					seen[sc.EpisodeID] = true
+					outcomes[sc.Outcome]++
+				}
+			}
+			if n == 0 {
+				return
+			}
+		}
+	}
 	start := time.Now()
 	tty := isTerminal(w)
 	var lastLine time.Time
@@ -346,35 +468,25 @@ func follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quie
 	defer tick.Stop()
 	var st schemas.RunStatus
 	for {
-		for {
-			batch, err := cons.FetchNoWait(500)
-			if err != nil {
-				break
-			}
-			n := 0
-			for m := range batch.Messages() {
-				n++
-				var sc schemas.Score
-				if json.Unmarshal(m.Data(), &sc) == nil && !seen[sc.EpisodeID] {
-					seen[sc.EpisodeID] = true
-					outcomes[sc.Outcome]++
-				}
-			}
-			if n == 0 {
-				break
-			}
-		}
+		readScores()
 		if e, err := kv.Get(ctx, runID); err == nil {
 			_ = json.Unmarshal(e.Value(), &st)
 		}
 		if st.Error != "" {
 			return st, nil, fmt.Errorf("run %s rejected by the dispatcher: %s", runID, st.Error)
 		}
-		if !quiet && st.Total > 0 && (tty || time.Since(lastLine) >= 10*time.Second || len(seen) >= st.Total) {
-			progress(w, st, len(seen), outcomes, time.Since(start), tty)
+		if st.Finished {
+			readScores() // the scores that finished it
+		}
+		done := min(len(seen), st.Total)
+		if st.Finished {
+			done = st.Done
+		}
+		if !quiet && st.Total > 0 && (tty || time.Since(lastLine) >= 10*time.Second || st.Finished) {
+			progress(w, st, done, outcomes, time.Since(start), tty)
 			lastLine = time.Now()
 		}
-		if st.Total > 0 && len(seen) >= st.Total {
+		if st.Finished {
 			if !quiet && tty {
 				fmt.Fprintln(w)
 			}
@@ -384,7 +496,8 @@ func follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quie
 		case err := <-svcErr:
 			return st, nil, err
 		case <-ctx.Done():
-			return st, nil, fmt.Errorf("run %s interrupted at %d/%d episodes (resubmit with --run-id %s to continue): %w", runID, len(seen), st.Total, runID, ctx.Err())
+			return st, nil, fmt.Errorf("run %s interrupted at %d/%d episodes (resubmit with --run-id %s to continue, or medgym cancel %s): %w",
+				runID, st.Done, st.Total, runID, runID, ctx.Err())
 		case <-tick.C:
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -16,6 +17,7 @@ import (
 	sandboxworker "github.com/medgym/medgym/services/sandbox-worker/service"
 	verifier "github.com/medgym/medgym/services/verifier/service"
 	"github.com/medgym/medgym/store"
+	"github.com/medgym/medgym/tasks"
 )
 
 // serviceFlags are the flags shared by run and serve for in-process services.
@@ -44,6 +46,7 @@ type serviceFlags struct {
 	diskMB              int
 	logLevel            string
 	metricsAddr         string
+	maxEpisodes         int
 }
 
 func (f *serviceFlags) register(fs *flag.FlagSet) {
@@ -72,10 +75,42 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.diskMB, "sandbox-disk-mb", 1024, "workspace disk quota of one episode (-1: none)")
 	fs.StringVar(&f.logLevel, "log", "warn", "log level: debug, info, warn, error")
 	fs.StringVar(&f.metricsAddr, "metrics", "", "serve Prometheus /metrics and /healthz of the in-process services on this address")
+	fs.IntVar(&f.maxEpisodes, "max-episodes", 1_000_000, "most episodes (tasks × samples) of one run; larger runs are refused (checked here and by the dispatcher)")
 }
 
 func (f *serviceFlags) storeOptions() store.Options {
 	return store.Options{Endpoint: f.s3Endpoint, Region: f.s3Region, UseSSL: !f.s3Insecure}
+}
+
+// agentTree is the directory the in-process sandbox-worker mounts task data
+// from: the library's agent tree, or with --tasks-dir the agent view of the
+// upstream folder staged in a temporary directory (its task files left
+// out), removed by cleanup. Never the library root or a folder with task
+// files: the sandbox refuses those.
+func (f *serviceFlags) agentTree() (dir string, cleanup func(), err error) {
+	if f.tasksDir == "" {
+		dir = tasks.AgentTree(f.library)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", nil, fmt.Errorf("task library agent tree: %w", err)
+		}
+		return dir, func() {}, nil
+	}
+	tmp, err := os.MkdirTemp("", "medgym-upstream-agent-")
+	if err != nil {
+		return "", nil, fmt.Errorf("agent view of %s: %w", f.tasksDir, err)
+	}
+	cleanup = func() { _ = os.RemoveAll(tmp) }
+	dir = filepath.Join(tmp, "view")
+	if _, err := tasks.StageUpstream(f.tasksDir, dir); err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	// The sandbox user must reach the view (MkdirTemp makes it 0700).
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("agent view of %s: %w", f.tasksDir, err)
+	}
+	return dir, cleanup, nil
 }
 
 // startServices runs every service in-process on conn until ctx is done.
@@ -100,7 +135,7 @@ func startServices(ctx context.Context, conn *bus.Conn, f *serviceFlags, llmURL 
 		return func() error { return err }
 	}
 	goService("dispatcher", func() error {
-		return dispatcher.Run(ctx, conn, dispatcher.Config{Metrics: metrics, DataRoot: f.data, LibraryDir: f.library}, log.With("service", "dispatcher"))
+		return dispatcher.Run(ctx, conn, dispatcher.Config{Metrics: metrics, DataRoot: f.data, LibraryDir: f.library, MaxEpisodes: f.maxEpisodes}, log.With("service", "dispatcher"))
 	})
 	goService("llm-worker", func() error {
 		return llmworker.Run(ctx, conn, llmworker.Config{Metrics: metrics,
@@ -111,15 +146,17 @@ func startServices(ctx context.Context, conn *bus.Conn, f *serviceFlags, llmURL 
 		}, log.With("service", "llm-worker"))
 	})
 	goService("sandbox-worker", func() error {
-		if err := os.MkdirAll(f.library, 0o755); err != nil {
-			return fmt.Errorf("task library dir: %w", err)
+		agent, cleanup, err := f.agentTree()
+		if err != nil {
+			return err
 		}
+		defer cleanup()
 		lim := sandboxworker.Limits{MemoryBytes: int64(f.memoryMB) << 20, DiskBytes: int64(f.diskMB) << 20}
 		if f.diskMB < 0 {
 			lim.DiskBytes = -1
 		}
 		return sandboxworker.Run(ctx, conn, sandboxworker.Config{Metrics: metrics,
-			Sandbox: sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: f.library, Warm: f.warm,
+			Sandbox: sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: agent, Warm: f.warm,
 				DockerReady: f.dockerReady, RequireCgroups: f.requireCgroups, Limits: lim},
 			Concurrency: f.sandboxConcurrency, Worker: host + "/sandbox-worker",
 		}, log.With("service", "sandbox-worker"))

@@ -29,13 +29,22 @@ func loadSpecFile(path string) (schemas.RunSpec, error) {
 	if err != nil {
 		return schemas.RunSpec{}, fmt.Errorf("run spec %s: %w", path, err)
 	}
-	spec := schemas.RunSpec{Samples: 1, Split: "test", Options: schemas.DefaultOptions()}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&spec); err != nil {
-		return schemas.RunSpec{}, fmt.Errorf("run spec %s: %w", path, err)
+	decode := func(opts schemas.EpisodeOptions) (schemas.RunSpec, error) {
+		spec := schemas.RunSpec{Samples: 1, Split: "test", Options: opts}
+		dec := json.NewDecoder(bytes.NewReader(js))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&spec); err != nil {
+			return schemas.RunSpec{}, fmt.Errorf("run spec %s: %w", path, err)
+		}
+		return spec, nil
 	}
-	return spec, nil
+	spec, err := decode(schemas.DefaultOptions())
+	if err == nil && spec.Options.Upstream() {
+		// options.compat upstream: the options it leaves out are upstream's,
+		// and one it gives must agree with them (Validate).
+		spec, err = decode(schemas.UpstreamOptions())
+	}
+	return spec, err
 }
 
 // overlay copies into file the fields whose flags were set explicitly.
@@ -65,6 +74,7 @@ func overlay(fs *flag.FlagSet, file, flags schemas.RunSpec) schemas.RunSpec {
 		"verifier-mode":   func() { file.Options.VerifierMode = flags.Options.VerifierMode },
 		"action-timeout":  func() { file.Options.ActionTimeoutSec = flags.Options.ActionTimeoutSec },
 		"episode-timeout": func() { file.Options.EpisodeTimeoutSec = flags.Options.EpisodeTimeoutSec },
+		"upstream-compat": func() { file.Options = flags.Options },
 		"max-in-flight":   func() { file.MaxInFlight = flags.MaxInFlight },
 	}
 	fs.Visit(func(fl *flag.Flag) {

@@ -73,6 +73,8 @@ const (
 	colCompletionTokens
 	colMessages
 	colTurns
+	colAgentTreeHash
+	colVerifierTreeHash
 	colObservationRole
 	numCols
 )
@@ -107,6 +109,8 @@ var schema = arrow.NewSchema([]arrow.Field{
 	colCompletionTokens: {Name: "completion_tokens", Type: arrow.PrimitiveTypes.Int64},
 	colMessages:         {Name: "messages", Type: arrow.ListOfNonNullable(messageType)},
 	colTurns:            {Name: "turns", Type: arrow.ListOfNonNullable(turnType)},
+	colAgentTreeHash:    str("agent_tree_hash"),
+	colVerifierTreeHash: str("verifier_tree_hash"),
 	colObservationRole:  str("observation_role"),
 }, func() *arrow.Metadata {
 	m := arrow.NewMetadata([]string{MetadataVersionKey}, []string{SchemaVersion})
@@ -183,6 +187,8 @@ func appendRow(b *array.RecordBuilder, r *Row) {
 	lb := b.Field(colTurns).(*array.ListBuilder)
 	lb.Append(true)
 	appendTurns(lb.ValueBuilder().(*array.StructBuilder), r.Turns)
+	s(colAgentTreeHash, r.AgentTreeHash)
+	s(colVerifierTreeHash, r.VerifierTreeHash)
 	s(colObservationRole, r.ObservationRole)
 }
 
@@ -303,7 +309,11 @@ func readColumn(c int, a arrow.Array, rows []Row) error {
 		return readMessages(a, rows)
 	case colTurns:
 		return readTurns(a, rows)
-	case colObservationRole:
+	case colAgentTreeHash: // absent from files before schema version 3
+		return readStrings(a, rows, func(r *Row, v string) { r.AgentTreeHash = v })
+	case colVerifierTreeHash:
+		return readStrings(a, rows, func(r *Row, v string) { r.VerifierTreeHash = v })
+	case colObservationRole: // absent from files before schema version 4
 		return readStrings(a, rows, func(r *Row, v string) { r.ObservationRole = v })
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -66,10 +67,12 @@ func sampleResult() (schemas.EpisodeResult, schemas.Score) {
 	return res, sc
 }
 
+var sampleHashes = schemas.TreeHashes{Agent: "sha256:aa", Verifier: "sha256:vv"}
+
 func TestFromEpisode(t *testing.T) {
 	t.Parallel()
 	res, sc := sampleResult()
-	r := parquet.FromEpisode(res, sc, "strict")
+	r := parquet.FromEpisode(res, sc, "strict", sampleHashes)
 	if r.RunID != "run-1" || r.EpisodeID != "ep-7" || r.TaskID != "mimic-42" || r.Dataset != "mimic_iii" ||
 		r.Category != "ehr" || r.Split != "test" || r.SampleIndex != 3 || r.Attempt != 1 || r.Policy != "openai" ||
 		r.Model != "qwen" || r.PolicyVersion != 5 || r.Outcome != "correct" || r.Reward != 1 ||
@@ -93,8 +96,11 @@ func TestFromEpisode(t *testing.T) {
 	if r.Turns[0].FilesJSON != `{"predictions.csv":"id,prediction\n1,0\n"}` || r.Turns[1].FilesJSON != "" {
 		t.Errorf("files_json: %q / %q", r.Turns[0].FilesJSON, r.Turns[1].FilesJSON)
 	}
+	if r.AgentTreeHash != "sha256:aa" || r.VerifierTreeHash != "sha256:vv" {
+		t.Errorf("tree hashes: %q / %q", r.AgentTreeHash, r.VerifierTreeHash)
+	}
 	// The observation role is what the model was sent; rows from before
-	// schema version 3 (no column) read it as "user".
+	// schema version 4 (no column) read it as "user".
 	if r.ObservationRole != "tool" || r.ObsRole() != "tool" {
 		t.Errorf("observation role %q, want tool (the role sent)", r.ObservationRole)
 	}
@@ -106,7 +112,7 @@ func TestFromEpisode(t *testing.T) {
 func TestWriteReadRoundTrip(t *testing.T) {
 	t.Parallel()
 	res, sc := sampleResult()
-	full := parquet.FromEpisode(res, sc, "strict")
+	full := parquet.FromEpisode(res, sc, "strict", sampleHashes)
 	// A row with nulls and empty lists: no temperature, no turns, no messages.
 	empty := parquet.Row{RunID: "run-1", EpisodeID: "ep-8", Dataset: "mimic_iii", Outcome: "infra_failure",
 		Error: "endpoint down", SchemaVersion: parquet.SchemaVersion}
@@ -152,7 +158,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
 	res, sc := sampleResult()
-	rows := []parquet.Row{parquet.FromEpisode(res, sc, "upstream")}
+	rows := []parquet.Row{parquet.FromEpisode(res, sc, "upstream", sampleHashes)}
 	rec := parquet.NewRecord(mem, rows)
 	defer rec.Release()
 	if rec.NumRows() != 1 || rec.NumCols() != int64(len(parquet.Schema().Fields())) {
@@ -205,5 +211,50 @@ func TestRowsFromRecordByName(t *testing.T) {
 	defer brec.Release()
 	if _, err := parquet.RowsFromRecord(brec); err == nil {
 		t.Error("a string reward column converted without error")
+	}
+}
+
+// Files of older schema versions (version 2: no tree hash columns, no
+// observation role; version 3: no observation role) read back with those
+// fields empty and every other field intact.
+func TestVersion2RowsReadWithoutHashes(t *testing.T) {
+	t.Parallel()
+	res, sc := sampleResult()
+	row := parquet.FromEpisode(res, sc, "strict", sampleHashes)
+	rec := parquet.NewRecord(memory.NewGoAllocator(), []parquet.Row{row})
+	defer rec.Release()
+	for _, tc := range []struct {
+		version string
+		added   []string
+		clear   func(*parquet.Row)
+	}{
+		{"2", []string{"agent_tree_hash", "verifier_tree_hash", "observation_role"},
+			func(r *parquet.Row) { r.AgentTreeHash, r.VerifierTreeHash, r.ObservationRole = "", "", "" }},
+		{"3", []string{"observation_role"}, func(r *parquet.Row) { r.ObservationRole = "" }},
+	} {
+		var fields []arrow.Field
+		var cols []arrow.Array
+		for i, f := range rec.Schema().Fields() {
+			if !slices.Contains(tc.added, f.Name) {
+				fields, cols = append(fields, f), append(cols, rec.Column(i))
+			}
+		}
+		if len(fields) != int(rec.NumCols())-len(tc.added) {
+			t.Fatalf("version %s: the columns %v are not all in %v", tc.version, tc.added, rec.Schema())
+		}
+		old := array.NewRecordBatch(arrow.NewSchema(fields, nil), cols, rec.NumRows())
+		rows, err := parquet.RowsFromRecord(old)
+		old.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := row
+		tc.clear(&want)
+		if len(rows) != 1 || !reflect.DeepEqual(rows[0], want) {
+			t.Fatalf("version-%s row read back as %+v, want %+v", tc.version, rows, want)
+		}
+		if rows[0].ObsRole() != "user" {
+			t.Fatalf("version-%s row: observation role %q, want user", tc.version, rows[0].ObsRole())
+		}
 	}
 }

@@ -10,7 +10,7 @@ import (
 // SchemaVersion is the version of the trajectory schema. Bump it on any
 // change to the columns, together with testdata/schema.golden and the table
 // in schemas/README.md.
-const SchemaVersion = "3"
+const SchemaVersion = "4"
 
 // Row is one episode: the Go form of one row of a trajectory file.
 type Row struct {
@@ -45,16 +45,22 @@ type Row struct {
 	CompletionTokens int64
 	Messages         []Message
 	Turns            []Turn
+	// AgentTreeHash and VerifierTreeHash are the content hashes of the task
+	// library's agent tree (what the sandbox mounted) and verifier tree (the
+	// task files that scored the episode), "sha256:<hex>"; "" when unknown,
+	// as in rows of schema version 2 and earlier (added in version 3).
+	AgentTreeHash    string
+	VerifierTreeHash string
 	// ObservationRole is the role observations were sent to the model
 	// with when the episode was sampled ("user" for every llm-worker so
 	// far); trainers render the conversation with it, so a model is
 	// trained on the context it was sampled in. Added in schema version
-	// 3; older rows read back "" (use ObsRole, which says "user").
+	// 4; older rows read back "" (use ObsRole, which says "user").
 	ObservationRole string
 }
 
 // DefaultObservationRole is the observation role of rows written before
-// schema version 3: the llm-worker has always sent observations as user
+// schema version 4: the llm-worker has always sent observations as user
 // messages (as upstream does).
 const DefaultObservationRole = "user"
 
@@ -118,34 +124,36 @@ type Turn struct {
 
 // FromEpisode builds the row of a finished, scored episode. Identity fields
 // come from the request; outcome, reward and verifier version from the
-// score. Times are normalised to UTC microseconds so a row read back from a
+// score; the library's tree hashes from lib. Times are normalised to UTC microseconds so a row read back from a
 // file equals the row written.
-func FromEpisode(res schemas.EpisodeResult, sc schemas.Score, verifierMode string) Row {
+func FromEpisode(res schemas.EpisodeResult, sc schemas.Score, verifierMode string, lib schemas.TreeHashes) Row {
 	req := res.Request
 	r := Row{
-		RunID:           req.RunID,
-		EpisodeID:       req.EpisodeID,
-		TaskID:          req.Task.ID,
-		Dataset:         req.Task.Dataset,
-		Category:        req.Task.Category,
-		Split:           req.Task.Split,
-		SampleIndex:     int32(req.SampleIndex),
-		Attempt:         int32(req.Attempt),
-		Policy:          req.Policy.Name,
-		Model:           req.Policy.Model,
-		PolicyVersion:   int32(req.Policy.Version),
-		Reward:          sc.Reward,
-		Outcome:         string(sc.Outcome),
-		Termination:     string(res.Termination),
-		NumTurns:        int32(len(res.Turns)),
-		FinalAnswer:     res.FinalAnswer,
-		Error:           res.Error,
-		StartedAt:       normTime(res.StartedAt),
-		FinishedAt:      normTime(res.FinishedAt),
-		VerifierVersion: sc.VerifierVersion,
-		VerifierMode:    verifierMode,
-		SchemaVersion:   SchemaVersion,
-		ObservationRole: observationRole(res.Messages),
+		RunID:            req.RunID,
+		EpisodeID:        req.EpisodeID,
+		TaskID:           req.Task.ID,
+		Dataset:          req.Task.Dataset,
+		Category:         req.Task.Category,
+		Split:            req.Task.Split,
+		SampleIndex:      int32(req.SampleIndex),
+		Attempt:          int32(req.Attempt),
+		Policy:           req.Policy.Name,
+		Model:            req.Policy.Model,
+		PolicyVersion:    int32(req.Policy.Version),
+		Reward:           sc.Reward,
+		Outcome:          string(sc.Outcome),
+		Termination:      string(res.Termination),
+		NumTurns:         int32(len(res.Turns)),
+		FinalAnswer:      res.FinalAnswer,
+		Error:            res.Error,
+		StartedAt:        normTime(res.StartedAt),
+		FinishedAt:       normTime(res.FinishedAt),
+		VerifierVersion:  sc.VerifierVersion,
+		VerifierMode:     verifierMode,
+		SchemaVersion:    SchemaVersion,
+		AgentTreeHash:    lib.Agent,
+		VerifierTreeHash: lib.Verifier,
+		ObservationRole:  observationRole(res.Messages),
 	}
 	if req.Policy.Temperature != nil {
 		t := *req.Policy.Temperature

@@ -10,9 +10,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/services/dispatcher/internal/dispatch"
 	"github.com/medgym/medgym/services/dispatcher/service"
 )
 
@@ -32,17 +34,29 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	data := fs.String("data", envOr(getenv, "MEDGYM_DATA", "../shared/data"), "shared data root (env MEDGYM_DATA)")
 	library := fs.String("library", envOr(getenv, "MEDGYM_LIBRARY", "build/library"), "generated task library (env MEDGYM_LIBRARY)")
 	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", ":9101"), "address of /metrics and /healthz (empty: off)")
+	defMax := dispatch.DefaultMaxEpisodes
+	if v := getenv("MEDGYM_MAX_EPISODES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("MEDGYM_MAX_EPISODES: %q is not an integer", v)
+		}
+		defMax = n
+	}
+	maxEpisodes := fs.Int("max-episodes", defMax, "most episodes (tasks × samples) of one run; larger runs are refused (env MEDGYM_MAX_EPISODES)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *maxEpisodes < 1 {
+		return fmt.Errorf("--max-episodes must be ≥ 1, got %d", *maxEpisodes)
+	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "dispatcher")
-	log.Info("config", "nats", *natsURL, "data", *data)
+	log.Info("config", "nats", *natsURL, "data", *data, "max_episodes", *maxEpisodes)
 	conn, metrics, err := bus.Start(ctx, *natsURL, "dispatcher", *metricsAddr, log)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	return service.Run(ctx, conn, service.Config{Metrics: metrics, DataRoot: *data, LibraryDir: *library}, log)
+	return service.Run(ctx, conn, service.Config{Metrics: metrics, DataRoot: *data, LibraryDir: *library, MaxEpisodes: *maxEpisodes}, log)
 }
 
 func envOr(getenv func(string) string, k, def string) string {

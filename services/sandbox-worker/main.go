@@ -31,7 +31,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	fs.SetOutput(stderr)
 	host, _ := os.Hostname()
 	natsURL := fs.String("nats", envOr(getenv, "MEDGYM_NATS", "nats://127.0.0.1:4222"), "NATS URL (env MEDGYM_NATS)")
-	data := fs.String("library", envOr(getenv, "MEDGYM_LIBRARY", "build/library"), "generated task library; task resources are mounted read-only from here (env MEDGYM_LIBRARY)")
+	data := fs.String("agent-tree", envOr(getenv, "MEDGYM_AGENT_TREE", "build/library/agent"), "the task library's agent tree (<library>/agent) or an upstream folder's staged agent view; task resources are mounted read-only from here, and a directory holding task files is refused (env MEDGYM_AGENT_TREE)")
 	backend := fs.String("backend", "bwrap", "sandbox backend: bwrap or docker")
 	image := fs.String("docker-image", "medgym/sandbox:latest", "image of the docker backend (built by make sandbox-image)")
 	dockerReady := fs.Int("docker-ready", 2, "containers the docker backend keeps started and ready for new episodes (0: each episode starts its own)")
@@ -49,7 +49,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "sandbox-worker")
-	log.Info("config", "nats", *natsURL, "data", *data, "backend", *backend, "warm", *warm, "docker-ready", *dockerReady,
+	log.Info("config", "nats", *natsURL, "agent-tree", *data, "backend", *backend, "warm", *warm, "docker-ready", *dockerReady,
 		"seccomp", *seccomp, "require-cgroups", *requireCg, "concurrency", *conc)
 	conn, metrics, err := bus.Start(ctx, *natsURL, "sandbox-worker", *metricsAddr, log)
 	if err != nil {

@@ -13,6 +13,7 @@
 # @section common
 import math
 import datetime
+import sys
 
 MOLAR_MASS = {
     "creatinine": 113.12,
@@ -27,6 +28,7 @@ MOLAR_MASS = {
     "chloride": 35.45,
     "bicarbonate": 61.02,
     "albumin": 66500.0,
+    "hemoglobin": 16114.5,  # per haem monomer, the unit of Hb in mmol/L
 }
 VALENCE = {"calcium": 2}
 
@@ -73,6 +75,32 @@ def conc(e, key, analyte, target, default=None):
     raise ValueError("unknown target unit %r" % target)
 
 
+class UnknownValue(ValueError):
+    """A categorical input outside a calculator's vocabulary (MedCalc-Bench's
+    parameter definitions): a clear error naming the calculator, the parameter
+    and the value, never a bare KeyError."""
+
+
+def _norm(v):
+    return " ".join(str(v).strip().lower().split())
+
+
+def choice(e, key, table, default, calc):
+    """The points of e[key] in table (keys lower-case, single-spaced); default
+    (a key of table) when the parameter is absent."""
+    v = e.get(key)
+    if v is None:
+        return table[default]
+    k = _norm(v)
+    if k not in table:
+        raise UnknownValue("calculator %s: parameter %r: unknown value %r (known: %s)"
+                           % (calc, key, v, ", ".join(repr(x) for x in sorted(table))))
+    return table[k]
+
+
+SEX = {"male": False, "m": False, "female": True, "f": True}
+
+
 def flag(e, *keys):
     """True when any of keys is reported present."""
     for k in keys:
@@ -98,14 +126,18 @@ def age_years(e, default=None):
     return value
 
 
+WEIGHT_KG = {"kg": 1.0, "lbs": 0.453592, "lb": 0.453592, "g": 0.001, "oz": 0.0283495}
+HEIGHT_CM = {"cm": 1.0, "m": 100.0, "in": 2.54, "ft": 30.48, "mm": 0.1}
+
+
 def weight_kg(e, key="weight"):
-    value, unit = float(e[key][0]), _unit(e[key][1])
-    return {"kg": 1.0, "lbs": 0.453592, "lb": 0.453592, "g": 0.001, "oz": 0.0283495}[unit] * value
+    factor = choice({key + " unit": _unit(e[key][1])}, key + " unit", WEIGHT_KG, None, sys._getframe(1).f_code.co_name)
+    return factor * float(e[key][0])
 
 
 def height_cm(e, key="height"):
-    value, unit = float(e[key][0]), _unit(e[key][1])
-    return {"cm": 1.0, "m": 100.0, "in": 2.54, "ft": 30.48, "mm": 0.1}[unit] * value
+    factor = choice({key + " unit": _unit(e[key][1])}, key + " unit", HEIGHT_CM, None, sys._getframe(1).f_code.co_name)
+    return factor * float(e[key][0])
 
 
 def temp_c(e, key="Temperature", default=None):
@@ -138,8 +170,8 @@ def number(e, key, default=None):
     return float(v)
 
 
-def is_female(e):
-    return str(e.get("sex", "")).strip().lower().startswith("f")
+def is_female(e, calc=None):
+    return choice(e, "sex", SEX, "male", calc or sys._getframe(1).f_code.co_name)
 
 
 def parse_date(s):
@@ -275,6 +307,12 @@ def due_date(e):
 
 # @section child_pugh
 # @uses common
+# Pugh 1973 / MDCalc: ascites absent 1, slight 2, moderate(-severe) 3;
+# encephalopathy none 1, grade 1-2 2, grade 3-4 3.
+CHILD_PUGH_ASCITES = {"absent": 1, "none": 1, "slight": 2, "mild": 2, "moderate": 3, "severe": 3,
+                      "moderate to severe": 3}
+CHILD_PUGH_ENCEPHALOPATHY = {"no encephalopathy": 1, "none": 1, "grade 0": 1, "grade 1-2": 2, "grade 3-4": 3}
+
 def child_pugh(e):
     inr = number(e, "international normalized ratio", 1.0)
     s = 1 if inr < 1.7 else 2 if inr <= 2.3 else 3
@@ -282,10 +320,8 @@ def child_pugh(e):
     s += 1 if bili < 2 else 2 if bili <= 3 else 3
     alb = conc(e, "Albumin", "albumin", "g/dL", 4.0)
     s += 1 if alb > 3.5 else 2 if alb >= 2.8 else 3
-    asc = str(e.get("Ascites", "absent")).lower()
-    s += 3 if "moderate" in asc or "severe" in asc else 2 if "slight" in asc or "mild" in asc else 1
-    enc = str(e.get("Encephalopathy", "none")).lower()
-    s += 3 if "3-4" in enc else 2 if "1-2" in enc else 1
+    s += choice(e, "Ascites", CHILD_PUGH_ASCITES, "absent", "Child-Pugh")
+    s += choice(e, "Encephalopathy", CHILD_PUGH_ENCEPHALOPATHY, "no encephalopathy", "Child-Pugh")
     return s
 
 
@@ -321,11 +357,15 @@ def rcri(e):
 
 # @section heart_score
 # @uses common
+HEART_HISTORY = {"slightly suspicious": 0, "moderately suspicious": 1, "highly suspicious": 2}
+HEART_ECG = {"normal": 0, "non-specific repolarization disturbance": 1, "significant st deviation": 2}
+HEART_TROPONIN = {"less than or equal to normal limit": 0,
+                  "between the normal limit or up to three times the normal limit": 1,
+                  "greater than three times normal limit": 2}
+
 def heart_score(e):
-    hist = str(e.get("Suspicion History", "")).lower()
-    s = 2 if hist.startswith("highly") else 1 if hist.startswith("moderately") else 0
-    ecg = str(e.get("Electrocardiogram Test", "")).lower()
-    s += 2 if "st deviation" in ecg else 1 if "repolarization" in ecg else 0
+    s = choice(e, "Suspicion History", HEART_HISTORY, "slightly suspicious", "HEART")
+    s += choice(e, "Electrocardiogram Test", HEART_ECG, "normal", "HEART")
     age = age_years(e, 0)
     s += 2 if age >= 65 else 1 if age >= 45 else 0
     risks = sum(1 for k in ("Hypertension history", "hypercholesterolemia", "Diabetes mellitus criteria for CCI rule",
@@ -333,8 +373,7 @@ def heart_score(e):
                 if flag(e, k))
     athero = flag(e, "atherosclerotic disease", "Transient Ischemic Attacks History")
     s += 2 if risks >= 3 or athero else 1 if risks >= 1 else 0
-    trop = str(e.get("Initial troponin", "")).lower()
-    s += 2 if "greater than three" in trop else 1 if "between" in trop else 0
+    s += choice(e, "Initial troponin", HEART_TROPONIN, "less than or equal to normal limit", "HEART")
     return s
 
 
@@ -359,18 +398,22 @@ def centor(e):
 
 # @section gcs
 # @uses common
-GCS_EYE = {"eyes open spontaneously": 4, "eye opening to verbal command": 3, "eye opening to pain": 2, "no eye opening": 1}
+# MedCalc-Bench's vocabulary; "not testable" (eye, verbal) is scored as the
+# normal response, as MedCalc-Bench's explanations state ("we assume the
+# patient can open his or her eyes spontaneously", "... is oriented").
+GCS_EYE = {"eyes open spontaneously": 4, "eye opening to verbal command": 3, "eye opening to pain": 2, "no eye opening": 1,
+           "not testable": 4}
 GCS_VERBAL = {"oriented": 5, "confused": 4, "inappropriate words": 3, "incomprehensible sounds": 2,
               "no verbal response": 1,
-              "not testable": 5}  # MedCalc-Bench: a non-testable verbal response counts as oriented
+              "not testable": 5}
 GCS_MOTOR = {"obeys commands": 6, "localizes pain": 5, "withdrawal from pain": 4, "flexion to pain": 3,
              "extension to pain": 2, "no motor response": 1}
 
 
 def gcs(e):
-    return (GCS_EYE[e.get("Best eye response", "eyes open spontaneously").strip().lower()]
-            + GCS_VERBAL[e.get("Best verbal response", "oriented").strip().lower()]
-            + GCS_MOTOR[e.get("Best motor response", "obeys commands").strip().lower()])
+    return (choice(e, "Best eye response", GCS_EYE, "eyes open spontaneously", "Glasgow Coma Score")
+            + choice(e, "Best verbal response", GCS_VERBAL, "oriented", "Glasgow Coma Score")
+            + choice(e, "Best motor response", GCS_MOTOR, "obeys commands", "Glasgow Coma Score"))
 
 
 # @section maintenance_fluids
@@ -413,9 +456,10 @@ STEROID_EQUIVALENT_MG = {
 
 def steroid_conversion(e):
     name, dose, unit = e["input steroid"]
-    dose = float(dose) * {"mg": 1.0, "g": 1000.0, "µg": 0.001, "mcg": 0.001}[_unit(unit)]
-    src = STEROID_EQUIVALENT_MG[name.strip().lower()]
-    dst = STEROID_EQUIVALENT_MG[e["target steroid"].strip().lower()]
+    dose = float(dose) * choice({"input steroid unit": _unit(unit)}, "input steroid unit",
+                                {"mg": 1.0, "g": 1000.0, "µg": 0.001, "mcg": 0.001}, None, "Steroid Conversion")
+    src = choice({"input steroid": name}, "input steroid", STEROID_EQUIVALENT_MG, None, "Steroid Conversion")
+    dst = choice(e, "target steroid", STEROID_EQUIVALENT_MG, None, "Steroid Conversion")
     return dose / src * dst
 
 
@@ -445,8 +489,10 @@ def glasgow_blatchford(e):
     bun = conc(e, "Blood Urea Nitrogen (BUN)", "bun", "mg/dL", 0.0)
     s += 6 if bun >= 70 else 4 if bun >= 28 else 3 if bun >= 22.4 else 2 if bun >= 18.2 else 0
     hb = conc(e, "Hemoglobin", "hemoglobin", "g/dL", 16.0)
-    if is_female(e):
-        s += 6 if hb < 10 else 1 if hb <= 12 else 0  # MDCalc's "10-12 g/dL", inclusive
+    # Blatchford 2000: women >=10.0 <12.0 -> 1, <10.0 -> 6; men >=12.0 <13.0 -> 1,
+    # >=10.0 <12.0 -> 3, <10.0 -> 6 (lower bound inclusive, upper exclusive).
+    if is_female(e, "Glasgow-Blatchford"):
+        s += 6 if hb < 10 else 1 if hb < 12 else 0
     else:
         s += 6 if hb < 10 else 3 if hb < 12 else 1 if hb < 13 else 0
     sbp = number(e, "Systolic Blood Pressure", 120)
@@ -461,16 +507,22 @@ def glasgow_blatchford(e):
 
 # @section apache_ii
 # @uses common
+# Knaus 1985: chronic health points, 5 for nonoperative or emergency
+# postoperative patients, 2 for elective postoperative ones. MedCalc-Bench's
+# vocabulary is Nonelective / Elective / Emergency (its rows also say
+# Nonoperative).
+APACHE_SURGERY = {"nonoperative": 5, "nonelective": 5, "emergency": 5, "emergency postoperative": 5,
+                  "elective": 2, "elective postoperative": 2}
+
 def apache_ii(e):
     s = 0
     age = age_years(e, 0)
     s += 6 if age >= 75 else 5 if age >= 65 else 3 if age >= 55 else 2 if age >= 45 else 0
     if flag(e, "History of severe organ failure or immunocompromise"):
-        surgery = str(e.get("Surgery Type", "nonoperative")).strip().lower()
-        s += 2 if surgery.startswith("elective") else 5
+        s += choice(e, "Surgery Type", APACHE_SURGERY, "nonoperative", "APACHE II")
     t = temp_c(e, default=37.0)
     s += 4 if t >= 41 or t < 30 else 3 if t >= 39 or t < 32 else 2 if t < 34 else 1 if t >= 38.5 or t < 36 else 0
-    m = 2.0 / 3.0 * number(e, "Diastolic Blood Pressure", 80) + 1.0 / 3.0 * number(e, "Systolic Blood Pressure", 120)
+    m = (number(e, "Systolic Blood Pressure", 120) + 2.0 * number(e, "Diastolic Blood Pressure", 80)) / 3.0
     s += 4 if m >= 160 or m < 50 else 3 if m >= 130 else 2 if m >= 110 or m < 70 else 0
     hr = number(e, "Heart Rate or Pulse", 80)
     s += 4 if hr >= 180 or hr < 40 else 3 if hr >= 140 or hr < 55 else 2 if hr >= 110 or hr < 70 else 0
@@ -544,6 +596,22 @@ def homa_ir(e):
 
 # @section charlson
 # @uses common
+# Charlson 1987 as MDCalc grades it; MedCalc-Bench's vocabulary (a boolean
+# means the mildest grade present).
+CCI_LIVER = {"none": 0, "mild": 1, "moderate to severe": 3, "moderate": 3, "severe": 3}
+CCI_DIABETES = {"none or diet-controlled": 0, "none": 0, "uncomplicated": 1, "end-organ damage": 2}
+CCI_TUMOR = {"none": 0, "localized": 2, "metastatic": 6}
+
+
+def _graded(e, key, table):
+    v = e.get(key)
+    if isinstance(v, str):
+        return choice(e, key, table, "none", "Charlson Comorbidity Index")
+    if v:
+        return sorted(p for p in table.values() if p > 0)[0]
+    return 0
+
+
 def charlson(e):
     age = age_years(e, 0)
     s = 4 if age >= 80 else 3 if age >= 70 else 2 if age >= 60 else 1 if age >= 50 else 0
@@ -551,26 +619,11 @@ def charlson(e):
               "Chronic Obstructive Pulmonary Disease", "Connective tissue disease", "Peptic ulcer disease"):
         s += 1 if flag(e, k) else 0
     s += 1 if flag(e, "Cerebrovascular Accident", "Transient Ischemic Attacks History") else 0
-    liver = e.get("Liver disease severity")
-    if isinstance(liver, str):
-        lv = liver.strip().lower()
-        s += 3 if ("moderate" in lv or "severe" in lv) else 1 if "mild" in lv else 0
-    elif liver:
-        s += 1
-    dm = e.get("Diabetes mellitus criteria for CCI rule")
-    if isinstance(dm, str):
-        d = dm.strip().lower()
-        s += 2 if "end-organ" in d else 1 if "uncomplicated" in d else 0
-    elif dm:
-        s += 1
+    s += _graded(e, "Liver disease severity", CCI_LIVER)
+    s += _graded(e, "Diabetes mellitus criteria for CCI rule", CCI_DIABETES)
     s += 2 if flag(e, "Hemiplegia") else 0
     s += 2 if flag(e, "Moderate to severe Chronic Kidney Disease") else 0
-    tumor = e.get("Solid tumor")
-    if isinstance(tumor, str):
-        tv = tumor.strip().lower()
-        s += 6 if "metasta" in tv else 2 if "local" in tv else 0
-    elif tumor:
-        s += 2
+    s += _graded(e, "Solid tumor", CCI_TUMOR)
     s += 2 if flag(e, "Leukemia") else 0
     s += 2 if flag(e, "Lymphoma") else 0
     s += 6 if flag(e, "AIDS") else 0
@@ -586,7 +639,7 @@ def feverpain(e):
 
 # @section caprini
 # @uses common
-CAPRINI_SURGERY = {"minor": 1, "major": 2, "laparoscopic": 2, "arthroscopic": 2,
+CAPRINI_SURGERY = {"none": 0, "minor": 1, "major": 2, "laparoscopic": 2, "arthroscopic": 2,
                    "elective major lower extremity arthroplasty": 5}
 CAPRINI_ITEMS = {
     "Major Surgery in the last month": 1, "Congestive Heart Failure in the last month": 1,
@@ -601,17 +654,17 @@ CAPRINI_ITEMS = {
     "History of inflammatory bowel disease": 1, "Acute Myocardial infarction": 1,
     "Chronic Obstructive Pulmonary Disease": 1, "Present or previous malignancy": 2,
 }
+CAPRINI_MOBILITY = {"normal": 0, "normal/ambulatory": 0, "on bed rest": 1, "confined to bed >72 hours": 2}
 
 
 def caprini(e):
     age = age_years(e, 0)
     s = 3 if age >= 75 else 2 if age >= 61 else 1 if age >= 41 else 0
-    s += CAPRINI_SURGERY.get(str(e.get("Surgery Type", "none")).strip().lower(), 0)
+    s += choice(e, "Surgery Type", CAPRINI_SURGERY, "none", "Caprini")
     for k, pts in CAPRINI_ITEMS.items():
         s += pts if flag(e, k) else 0
     s += 3 if flag(e, "Previously documented Deep Vein Thrombosis", "Previously Documented Pulmonary Embolism") else 0
-    mob = str(e.get("Mobility", "normal")).strip().lower()
-    s += 2 if "72" in mob else 1 if "bed rest" in mob else 0
+    s += choice(e, "Mobility", CAPRINI_MOBILITY, "normal", "Caprini")
     s += 1 if number(e, "Body Mass Index (BMI)", 0) > 25 else 0
     return s
 
@@ -675,7 +728,7 @@ def sofa(e):
         s += 2
     elif flag(e, "Hypotension") or (
             "Systolic Blood Pressure" in e and "Diastolic Blood Pressure" in e and
-            2.0 / 3.0 * number(e, "Diastolic Blood Pressure") + number(e, "Systolic Blood Pressure") / 3.0 < 70):
+            (number(e, "Systolic Blood Pressure") + 2.0 * number(e, "Diastolic Blood Pressure")) / 3.0 < 70):
         s += 1
     g = number(e, "Glasgow Coma Score", 15)
     s += 4 if g < 6 else 3 if g < 10 else 2 if g < 13 else 1 if g < 15 else 0
@@ -702,7 +755,8 @@ def ldl(e):
 # @uses common
 def curb65(e):
     s = 1 if flag(e, "Confusion") else 0
-    s += 1 if conc(e, "Blood Urea Nitrogen (BUN)", "bun", "mg/dL", 0.0) > 19 else 0
+    # Lim 2003: urea > 7 mmol/L (BUN > 19.6 mg/dL; MDCalc rounds it to > 19).
+    s += 1 if conc(e, "Blood Urea Nitrogen (BUN)", "bun", "mmol/L", 0.0) > 7 else 0
     s += 1 if number(e, "respiratory rate", 16) >= 30 else 0
     s += 1 if number(e, "Systolic Blood Pressure", 120) < 90 or number(e, "Diastolic Blood Pressure", 80) <= 60 else 0
     s += 1 if age_years(e, 0) >= 65 else 0
@@ -750,6 +804,7 @@ def perc(e):
 MME_FACTOR = {
     "codeine": 0.15, "fentanyl buccal": 0.13, "fentanyl patch": 2.4, "hydrocodone": 1.0, "hydromorphone": 5.0,
     "methadone": 4.7, "morphine": 1.0, "oxycodone": 1.5, "oxymorphone": 3.0, "tapentadol": 0.4, "tramadol": 0.2,
+    "buprenorphine": 10.0,
 }
 
 
@@ -760,7 +815,7 @@ def mme(e):
             continue
         drug = k[: -len(" Dose")]
         per_day = number(e, drug + " Dose Per Day", 1)
-        total += float(v[0]) * per_day * MME_FACTOR[drug.strip().lower()]
+        total += float(v[0]) * per_day * choice({k: drug}, k, MME_FACTOR, None, "Morphine Milligram Equivalents")
     return total
 
 

@@ -1,8 +1,8 @@
 import sys, json, io, os, contextlib, tempfile, traceback
 lib, dataset, split, out = sys.argv[1:5]
-os.environ["MEDGYM_DATA_DIR"] = os.path.join(lib, dataset)
+os.environ["MEDGYM_DATA_DIR"] = os.path.join(lib, "agent", dataset)
 res = []
-with open(os.path.join(lib, dataset, split + ".jsonl")) as f:
+with open(os.path.join(lib, "verifier", dataset, split + ".jsonl")) as f:
     tasks = [json.loads(l) for l in f]
 for t in tasks:
     d = tempfile.mkdtemp()

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/schemas"
@@ -27,6 +29,9 @@ type Config struct {
 	// Tick is how often a run's admission loop re-counts scores when no
 	// score event woke it (default 500 ms).
 	Tick time.Duration
+	// MaxEpisodes bounds tasks × samples of one run (default
+	// dispatch.DefaultMaxEpisodes); a larger run is refused.
+	MaxEpisodes int
 }
 
 // Dispatcher runs runs.
@@ -35,6 +40,9 @@ type Dispatcher struct {
 	cfg  Config
 	log  *slog.Logger
 	kv   jetstream.KeyValue
+	done completions
+	// refused counts scores that were not counted, by reason.
+	refused *prometheus.CounterVec
 
 	// runCtx is the service's lifetime: admission loops outlive the
 	// handler call that started them.
@@ -42,6 +50,7 @@ type Dispatcher struct {
 
 	mu     sync.Mutex
 	active map[string]*runState
+	plans  map[string]*dispatch.Plan // recently used plans, for scores and dead letters
 	wg     sync.WaitGroup
 }
 
@@ -55,14 +64,31 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if cfg.Tick == 0 {
 		cfg.Tick = 500 * time.Millisecond
 	}
+	if cfg.MaxEpisodes <= 0 {
+		cfg.MaxEpisodes = dispatch.DefaultMaxEpisodes
+	}
 	kv, err := conn.JS.KeyValue(ctx, schemas.BucketRuns)
 	if err != nil {
 		return fmt.Errorf("dispatcher: runs bucket: %w", err)
 	}
-	d := &Dispatcher{conn: conn, cfg: cfg, log: log, kv: kv, runCtx: ctx, active: map[string]*runState{}}
+	doneKV, err := conn.JS.KeyValue(ctx, schemas.BucketCompletions)
+	if err != nil {
+		return fmt.Errorf("dispatcher: completions bucket: %w", err)
+	}
+	d := &Dispatcher{conn: conn, cfg: cfg, log: log, kv: kv, done: completions{doneKV}, runCtx: ctx,
+		active: map[string]*runState{}, plans: map[string]*dispatch.Plan{},
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "medgym_dispatcher_scores_refused_total",
+			Help: "Scores the dispatcher did not count, by reason (unknown run, unplanned episode, duplicate, ...)."}, []string{"reason"})}
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Registry.Register(d.refused); err != nil {
+			return fmt.Errorf("dispatcher: metrics: %w", err)
+		}
+	}
 	defer d.wg.Wait()
 
-	// Wake a run's loop on every score (core subscription: every dispatcher hears it).
+	// Wake a run's loop on every score (core subscription: every dispatcher
+	// hears it). A wake-up only makes the loop re-count from the
+	// completions bucket, so a forged one changes nothing.
 	sub, err := conn.NC.Subscribe(schemas.EpisodeScored.Wildcard(), func(m *nats.Msg) {
 		var sc schemas.Score
 		if json.Unmarshal(m.Data, &sc) == nil {
@@ -93,12 +119,17 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 		func(ctx context.Context, spec schemas.RunSpec) error { return d.submit(ctx, spec) }); err != nil {
 		return err
 	}
+	if err := bus.Handle(rt, "dispatcher-scores", bus.HandlerOptions{Concurrency: 4, ConsumerOptions: bus.ConsumerOptions{
+		Stream: schemas.StreamScores, Durable: schemas.DurableDispatcherScores, Subject: schemas.EpisodeScored, MaxDeliver: -1}},
+		d.scored); err != nil {
+		return err
+	}
 	if err := bus.Handle(rt, "dispatcher-deadletters", bus.HandlerOptions{ConsumerOptions: bus.ConsumerOptions{
 		Stream: schemas.StreamDeadLetter, Durable: schemas.DurableDispatcherDead, Subject: schemas.DeadLetter}},
 		d.deadLetter); err != nil {
 		return err
 	}
-	log.Info("dispatcher running")
+	log.Info("dispatcher running", "max_episodes", cfg.MaxEpisodes)
 	return rt.Run(ctx)
 }
 
@@ -118,7 +149,9 @@ func (d *Dispatcher) resume(ctx context.Context) error {
 		}
 		d.log.Info("resuming run", "run", k, "published", st.Published, "total", st.Total)
 		if err := d.start(ctx, st.Spec); err != nil {
-			d.log.Error("resume run", "run", k, "err", err)
+			// A spec recorded before it was refused (e.g. too large for
+			// this dispatcher) is marked failed instead of tried forever.
+			d.reject(ctx, k, err)
 		}
 	}
 	return nil
@@ -148,8 +181,32 @@ func (d *Dispatcher) put(ctx context.Context, st schemas.RunStatus, rev uint64) 
 	return d.kv.Update(ctx, st.Spec.RunID, b, rev)
 }
 
-// plan loads and selects the run's tasks.
+// reject records that a run cannot be planned.
+func (d *Dispatcher) reject(ctx context.Context, runID string, cause error) {
+	for range casTries {
+		st, rev, err := d.status(ctx, runID)
+		if err != nil {
+			d.log.Error("reject run", "run", runID, "err", err, "cause", cause)
+			return
+		}
+		st.Error, st.Finished = cause.Error(), true
+		if _, err := d.put(ctx, st, rev); errors.Is(err, jetstream.ErrKeyExists) {
+			continue
+		} else if err != nil {
+			d.log.Error("reject run", "run", runID, "err", err, "cause", cause)
+			return
+		}
+		d.log.Error("run rejected", "run", runID, "err", cause)
+		return
+	}
+}
+
+// plan loads and selects the run's tasks. It checks the samples against
+// the bound before loading any task, so an absurd K fails fast.
 func (d *Dispatcher) plan(ctx context.Context, spec schemas.RunSpec) (*dispatch.Plan, error) {
+	if _, err := dispatch.Size(1, spec.Samples, d.cfg.MaxEpisodes); err != nil {
+		return nil, fmt.Errorf("run %s: %w", spec.RunID, err)
+	}
 	var all []tasks.Task
 	for _, ds := range spec.Datasets {
 		ts, err := tasks.Load(ctx, tasks.Source{Dataset: ds, Split: spec.Split, DataRoot: d.cfg.DataRoot, TasksDir: spec.TasksDir, LibraryDir: d.cfg.LibraryDir})
@@ -162,7 +219,36 @@ func (d *Dispatcher) plan(ctx context.Context, spec schemas.RunSpec) (*dispatch.
 	if len(sel) == 0 {
 		return nil, fmt.Errorf("run %s selects no task (datasets %v, split %q)", spec.RunID, spec.Datasets, spec.Split)
 	}
-	return dispatch.NewPlan(spec, sel), nil
+	return dispatch.NewPlan(spec, sel, d.cfg.MaxEpisodes)
+}
+
+// maxCachedPlans bounds the plans kept for runs this process does not
+// drive (their scores and dead letters still need them).
+const maxCachedPlans = 64
+
+// planFor returns the plan of a recorded run, from memory when it can.
+func (d *Dispatcher) planFor(ctx context.Context, spec schemas.RunSpec) (*dispatch.Plan, error) {
+	d.mu.Lock()
+	p := d.plans[spec.RunID]
+	d.mu.Unlock()
+	if p != nil {
+		return p, nil
+	}
+	p, err := d.plan(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.plans) >= maxCachedPlans {
+		for id := range d.plans {
+			if d.active[id] == nil {
+				delete(d.plans, id)
+			}
+		}
+	}
+	d.plans[spec.RunID] = p
+	return p, nil
 }
 
 // submit registers a run (idempotently) and starts its loop.
@@ -176,7 +262,7 @@ func (d *Dispatcher) submit(ctx context.Context, spec schemas.RunSpec) error {
 		return err
 	}
 	st := schemas.RunStatus{Spec: spec}
-	p, err := d.plan(ctx, spec)
+	p, err := d.planFor(ctx, spec)
 	if err != nil {
 		st.Error = err.Error()
 		st.Finished = true
@@ -186,12 +272,13 @@ func (d *Dispatcher) submit(ctx context.Context, spec schemas.RunSpec) error {
 		d.log.Error("run rejected", "run", spec.RunID, "err", err)
 		return nil
 	}
-	st.Total = len(p.Episodes)
+	st.Total = p.Len()
 	if _, err := d.put(ctx, st, 0); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("record run %s: %w", spec.RunID, err)
 	}
 	d.log.Info("run accepted", "run", spec.RunID, "episodes", st.Total)
-	return d.startPlan(ctx, p)
+	d.startPlan(p)
+	return nil
 }
 
 func (d *Dispatcher) start(ctx context.Context, spec schemas.RunSpec) error {
@@ -201,32 +288,32 @@ func (d *Dispatcher) start(ctx context.Context, spec schemas.RunSpec) error {
 	if running {
 		return nil
 	}
-	p, err := d.plan(ctx, spec)
+	p, err := d.planFor(ctx, spec)
 	if err != nil {
 		return err
 	}
-	return d.startPlan(ctx, p)
+	d.startPlan(p)
+	return nil
 }
 
-func (d *Dispatcher) startPlan(ctx context.Context, p *dispatch.Plan) error {
+func (d *Dispatcher) startPlan(p *dispatch.Plan) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.active[p.Spec.RunID]; ok {
-		return nil
+		return
 	}
 	rs := &runState{plan: p, wake: make(chan struct{}, 1)}
 	d.active[p.Spec.RunID] = rs
+	d.plans[p.Spec.RunID] = p
 	d.wg.Go(func() {
 		defer func() {
 			d.mu.Lock()
 			delete(d.active, p.Spec.RunID)
+			delete(d.plans, p.Spec.RunID)
 			d.mu.Unlock()
 		}()
-		if err := d.loop(context.WithoutCancel(d.runCtx), d.runCtx.Done(), rs); err != nil {
-			d.log.Error("run loop", "run", p.Spec.RunID, "err", err)
-		}
+		d.loop(context.WithoutCancel(d.runCtx), d.runCtx.Done(), rs)
 	})
-	return nil
 }
 
 func (d *Dispatcher) wakeRun(runID string) {
@@ -241,76 +328,18 @@ func (d *Dispatcher) wakeRun(runID string) {
 	}
 }
 
-// loop is a run's admission control: publish while fewer than MaxInFlight
-// episodes are unscored; finish when every episode has a score.
-func (d *Dispatcher) loop(ctx context.Context, stop <-chan struct{}, rs *runState) error {
-	p := rs.plan
-	run := p.Spec.RunID
-	maxIn := p.Spec.MaxInFlight
-	if maxIn <= 0 {
-		maxIn = 64
-	}
-	tick := time.NewTicker(d.cfg.Tick)
-	defer tick.Stop()
-	for {
-		st, rev, err := d.status(ctx, run)
-		if err != nil {
-			return err
-		}
-		if scored, err := d.countScores(ctx, run); err != nil {
-			d.log.Warn("count scores", "run", run, "err", err)
-		} else {
-			st.Done = scored
-		}
-		for st.Published < len(p.Episodes) && st.Published-st.Done < maxIn {
-			req := p.Request(st.Published, time.Now().UTC())
-			if err := d.conn.Publish(ctx, schemas.EpisodeRequested.For(run), schemas.MsgID(run, req.EpisodeID, req.Attempt), req); err != nil {
-				d.log.Warn("publish episode", "run", run, "episode", req.EpisodeID, "err", err)
-				break
-			}
-			st.Published++
-		}
-		st.Finished = st.Done >= len(p.Episodes)
-		if _, err := d.put(ctx, st, rev); err != nil {
-			if !errors.Is(err, jetstream.ErrKeyExists) {
-				d.log.Warn("update run status", "run", run, "err", err)
-			}
-			continue // another dispatcher moved it on: re-read
-		}
-		if st.Finished {
-			d.log.Info("run finished", "run", run, "episodes", st.Done)
-			return nil
-		}
-		select {
-		case <-stop:
-			return nil
-		case <-rs.wake:
-		case <-tick.C:
-		}
-	}
-}
-
-// countScores counts the run's scored episodes from the scores stream: the
-// verifier publishes one score per episode with the episode id as message
-// id, so the stream's per-subject count is the number of distinct episodes.
-func (d *Dispatcher) countScores(ctx context.Context, run string) (int, error) {
-	s, err := d.conn.JS.Stream(ctx, schemas.StreamScores)
-	if err != nil {
-		return 0, err
-	}
-	subj := schemas.EpisodeScored.For(run)
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subj))
-	if err != nil {
-		return 0, err
-	}
-	return int(info.State.Subjects[subj]), nil
-}
-
 // deadLetter turns a message no worker could process into an infra_failure
 // result for its episode, so the run still accounts for it.
 func (d *Dispatcher) deadLetter(ctx context.Context, dl DeadLetter) error {
 	md := bus.Metadata(ctx)
 	dl.Subject, dl.Reason = md[bus.HeaderDeadSubject], md[bus.HeaderDeadReason]
+	if strings.HasPrefix(dl.Subject, string(schemas.EpisodeScored)+".") {
+		// A score that could not be counted is no episode's only record
+		// (the result it scores is stored): recording an infra_failure
+		// for it would let a malformed score replace a real outcome.
+		d.log.Warn("dead-lettered score dropped", "subject", dl.Subject, "reason", dl.Reason)
+		return nil
+	}
 	req, ok := d.requestFor(ctx, dl)
 	if !ok {
 		d.log.Warn("dead letter without a known episode", "subject", dl.Subject, "reason", dl.Reason)
@@ -333,13 +362,8 @@ func (d *Dispatcher) requestFor(ctx context.Context, dl DeadLetter) (schemas.Epi
 	if err != nil {
 		return schemas.EpisodeRequest{}, false
 	}
-	d.mu.Lock()
-	rs := d.active[dl.Ref.RunID]
-	d.mu.Unlock()
-	var p *dispatch.Plan
-	if rs != nil {
-		p = rs.plan
-	} else if p, err = d.plan(ctx, st.Spec); err != nil {
+	p, err := d.planFor(ctx, st.Spec)
+	if err != nil {
 		return schemas.EpisodeRequest{}, false
 	}
 	i, ok := p.Lookup(dl.Ref.EpisodeID)

@@ -70,7 +70,12 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 			return fmt.Errorf("verifier: metrics: %w", err)
 		}
 	}
-	v := &verifier{scored: scored, conn: conn, lib: tasks.NewCache(cfg.DataRoot, cfg.TasksDir, cfg.LibraryDir), batch: batch, cfg: cfg, log: log}
+	hashes, err := treeHashes(cfg)
+	if err != nil {
+		return fmt.Errorf("verifier: %w", err)
+	}
+	v := &verifier{scored: scored, conn: conn, lib: tasks.NewCache(cfg.DataRoot, cfg.TasksDir, cfg.LibraryDir), batch: batch, cfg: cfg, log: log,
+		hashes: hashes}
 
 	rt, err := bus.NewRouter(conn, log)
 	if err != nil {
@@ -87,11 +92,13 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 			Subject: schemas.EpisodeCompleted, AckWait: cfg.AckWait, MaxDeliver: -1}}, v.score); err != nil {
 		return err
 	}
-	log.Info("verifier running", "store", st.String(), "strict", verify.VersionFor(verify.Strict), "upstream", verify.VersionFor(verify.Upstream))
+	log.Info("verifier running", "store", st.String(), "agent_tree", hashes.Agent, "verifier_tree", hashes.Verifier, "strict", verify.VersionFor(verify.Strict), "upstream", verify.VersionFor(verify.Upstream))
 	return rt.Run(ctx)
 }
 
 type verifier struct {
+	// hashes are the task trees' hashes, recorded in every row.
+	hashes schemas.TreeHashes
 	scored *prometheus.CounterVec
 	conn   *bus.Conn
 	lib    *tasks.Cache
@@ -112,7 +119,10 @@ func (v *verifier) check(ctx context.Context, obs schemas.Observation) error {
 		if err != nil {
 			return bus.Permanent(fmt.Errorf("check %s turn %d: %w", obs.Ref.EpisodeID, obs.Ref.Turn, err))
 		}
-		c := verify.CheckOutput(mode, obs.Ref.Dataset, truth, obs.Result)
+		// Only the agent-safe verdict travels on: the detailed one can
+		// quote the gold value and stays in this process's log.
+		c, detail := verify.CheckOutputDetail(mode, obs.Ref.Dataset, truth, obs.Result)
+		v.log.Debug("check", "episode", obs.Ref.EpisodeID, "turn", obs.Ref.Turn, "accepted", c.Accepted, "verdict", detail)
 		obs.Check = &c
 	}
 	return v.conn.Publish(ctx, schemas.ObservationChecked.For(obs.Ref.RunID),
@@ -143,7 +153,7 @@ func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
 			res.Error = joinErr(res.Error, verdict)
 		}
 	}
-	row := parquet.FromEpisode(res, sc, string(mode))
+	row := parquet.FromEpisode(res, sc, string(mode), v.hashes)
 	done := make(chan error, 1)
 	v.batch.Add(row, func(err error) { done <- err })
 	select {
@@ -158,6 +168,19 @@ func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
 		v.scored.WithLabelValues(sc.Dataset, string(sc.Outcome)).Inc()
 	}
 	return v.conn.Publish(ctx, schemas.EpisodeScored.For(req.RunID), schemas.MsgID(req.EpisodeID, "scored"), sc)
+}
+
+// treeHashes are the hashes of the task trees this verifier scores with:
+// an upstream folder's (its task files and the rest, hashed here) or the
+// library's manifests.
+func treeHashes(cfg Config) (schemas.TreeHashes, error) {
+	if cfg.TasksDir != "" {
+		return tasks.UpstreamHashes(cfg.TasksDir)
+	}
+	if cfg.LibraryDir == "" {
+		return schemas.TreeHashes{}, nil
+	}
+	return tasks.LibraryHashes(cfg.LibraryDir)
 }
 
 func joinErr(a, b string) string {

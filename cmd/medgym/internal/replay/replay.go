@@ -51,6 +51,9 @@ type Options struct {
 	EpisodeOptions *schemas.EpisodeOptions
 	// Concurrency is the number of episodes replayed at once (< 1: 1).
 	Concurrency int
+	// Hashes are the task trees replayed with, recorded in the rescored
+	// rows (the recorded rows keep theirs).
+	Hashes schemas.TreeHashes
 }
 
 // Change is one difference between the record and the replay.
@@ -169,7 +172,7 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 			Field: field, Recorded: rec, Replayed: rep})
 	}
 	for i := range row.Turns {
-		if !executed(task.View, row.Turns, i, eo.LoopGuard) {
+		if !executed(task.View, row.Turns, i, eo) {
 			continue
 		}
 		t := row.Turns[i]
@@ -179,6 +182,7 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 			Action:       schemas.Action{Name: t.Action, Params: json.RawMessage(t.ParamsJSON)},
 			Resources:    task.View.Resources,
 			OutputFiles:  task.View.OutputFiles,
+			Harness:      task.View.Harness,
 			TimeoutSec:   max(1, eo.ActionTimeoutSec),
 			Check:        t.Action == schemas.ActionValidateCode && eo.EndOn != schemas.EndOnAnswer,
 			VerifierMode: mode,
@@ -231,6 +235,7 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 		change(-1, "reward", fmtFloat(row.Reward), fmtFloat(reward))
 	}
 	ep.Rescored = rescored(row, turns, outcome, reward, verdict, mode)
+	ep.Rescored.AgentTreeHash, ep.Rescored.VerifierTreeHash = opt.Hashes.Agent, opt.Hashes.Verifier
 	return ep
 }
 
@@ -238,7 +243,7 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 // sandbox, following the llm-worker's rules: the action parsed, is a
 // sandbox action, is permitted for the task, was not a repeat stopped or
 // warned by the loop guard, and got an observation.
-func executed(view schemas.TaskView, turns []parquet.Turn, i int, loopGuard string) bool {
+func executed(view schemas.TaskView, turns []parquet.Turn, i int, eo schemas.EpisodeOptions) bool {
 	t := turns[i]
 	if t.ParseError != "" || t.ExecStatus == "" {
 		return false
@@ -248,10 +253,11 @@ func executed(view schemas.TaskView, turns []parquet.Turn, i int, loopGuard stri
 	default:
 		return false
 	}
-	if len(view.PermittedActions) > 0 && !contains(view.PermittedActions, t.Action) {
+	// Under compat upstream every one of these actions ran, advertised or not.
+	if len(view.PermittedActions) > 0 && !contains(view.PermittedActions, t.Action) && !eo.Upstream() {
 		return false
 	}
-	if i > 0 && loopGuard != "off" {
+	if i > 0 && eo.LoopGuard != "off" {
 		p := turns[i-1]
 		if p.ParseError == "" && p.Action == t.Action && p.ParamsJSON == t.ParamsJSON {
 			return false

@@ -23,13 +23,17 @@ func TestExecuted(t *testing.T) {
 	}
 	want := map[int]bool{2: true, 4: true}
 	for i := range turns {
-		if got := executed(view, turns, i, "warn"); got != want[i] {
+		if got := executed(view, turns, i, schemas.EpisodeOptions{LoopGuard: "warn"}); got != want[i] {
 			t.Errorf("turn %d: executed %v, want %v", i, got, want[i])
 		}
 	}
 	// With the loop guard off, a repeat runs again.
-	if !executed(view, turns, 3, "off") {
+	if !executed(view, turns, 3, schemas.EpisodeOptions{LoopGuard: "off"}) {
 		t.Error("turn 3 with loop guard off: want executed")
+	}
+	// Under upstream's episode rules an unadvertised upstream action ran.
+	if !executed(view, turns, 1, schemas.UpstreamOptions()) {
+		t.Error("turn 1 under compat upstream: want executed")
 	}
 }
 

@@ -1,15 +1,26 @@
 package dispatch
 
 import (
+	"errors"
 	"fmt"
+	"math"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/tasks"
 )
+
+// DefaultMaxEpisodes bounds tasks × samples of one run unless configured.
+const DefaultMaxEpisodes = 1_000_000
+
+// ErrTooLarge is wrapped by Size and NewPlan when a run plans more episodes
+// than allowed.
+var ErrTooLarge = errors.New("run too large")
 
 // Select filters ts by the spec's categories and task ids, then keeps the
 // first Limit tasks, or a seeded sample of Limit tasks when SampleSeed is set.
@@ -19,7 +30,7 @@ func Select(spec schemas.RunSpec, ts []tasks.Task) []tasks.Task {
 		if len(spec.Categories) > 0 && !slices.Contains(spec.Categories, t.View.Category) {
 			continue
 		}
-		if len(spec.TaskIDs) > 0 && !slices.Contains(spec.TaskIDs, t.View.ID) {
+		if len(spec.TaskIDs) > 0 && !slices.ContainsFunc(spec.TaskIDs, func(id string) bool { return tasks.MatchID(t.View.ID, id) }) {
 			continue
 		}
 		out = append(out, t)
@@ -40,38 +51,72 @@ func Select(spec schemas.RunSpec, ts []tasks.Task) []tasks.Task {
 	return out
 }
 
-// Episode is one planned episode.
-type Episode struct {
-	Task   schemas.TaskView
-	Sample int
-}
-
-// Plan is the ordered list of a run's episodes: task-major, sample-minor.
-type Plan struct {
-	Spec     schemas.RunSpec
-	Episodes []Episode
-	byID     map[string]int
-}
-
-// NewPlan expands the selected tasks into K samples each.
-func NewPlan(spec schemas.RunSpec, selected []tasks.Task) *Plan {
-	p := &Plan{Spec: spec, byID: map[string]int{}}
-	for _, t := range selected {
-		for k := range spec.Samples {
-			p.byID[EpisodeID(spec.RunID, t.View.ID, k)] = len(p.Episodes)
-			p.Episodes = append(p.Episodes, Episode{Task: t.View, Sample: k})
-		}
+// Size returns tasks × samples, or an error wrapping ErrTooLarge when it
+// exceeds maxEpisodes (≤ 0: DefaultMaxEpisodes) or overflows.
+func Size(tasks, samples, maxEpisodes int) (int, error) {
+	if maxEpisodes <= 0 {
+		maxEpisodes = DefaultMaxEpisodes
 	}
-	return p
+	if samples < 1 || tasks < 0 {
+		return 0, fmt.Errorf("plan %d tasks × %d samples: samples must be ≥ 1", tasks, samples)
+	}
+	if tasks > 0 && samples > math.MaxInt/tasks || tasks*samples > maxEpisodes {
+		return 0, fmt.Errorf("%w: %d tasks × %d samples is more than the limit of %d episodes per run "+
+			"(lower --samples or --limit, or raise the dispatcher's --max-episodes)", ErrTooLarge, tasks, samples, maxEpisodes)
+	}
+	return tasks * samples, nil
 }
+
+// Plan is a run's episodes, task-major and sample-minor: episode i is
+// sample i mod K of task i div K. It is computed, not stored: a plan holds
+// the selected tasks and an index of their ids, so its memory depends on
+// the number of tasks, never on the number of samples.
+type Plan struct {
+	Spec  schemas.RunSpec
+	tasks []schemas.TaskView
+	// byToken maps a task's episode-id token (see EpisodeID) to its index.
+	byToken map[string]int
+	n       int
+}
+
+// NewPlan plans K samples of each selected task. It refuses a plan of more
+// than maxEpisodes episodes (≤ 0: DefaultMaxEpisodes), and two tasks whose
+// ids would name the same episodes.
+func NewPlan(spec schemas.RunSpec, selected []tasks.Task, maxEpisodes int) (*Plan, error) {
+	n, err := Size(len(selected), spec.Samples, maxEpisodes)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", spec.RunID, err)
+	}
+	p := &Plan{Spec: spec, tasks: make([]schemas.TaskView, len(selected)), byToken: make(map[string]int, len(selected)), n: n}
+	for i, t := range selected {
+		tok := taskToken(t.View.ID)
+		if j, dup := p.byToken[tok]; dup {
+			return nil, fmt.Errorf("run %s: tasks %q and %q name the same episodes (%s)", spec.RunID, p.tasks[j].ID, t.View.ID, tok)
+		}
+		p.byToken[tok] = i
+		p.tasks[i] = t.View
+	}
+	return p, nil
+}
+
+// Len is the number of planned episodes.
+func (p *Plan) Len() int { return p.n }
+
+// Episode returns the task index and sample of episode i.
+func (p *Plan) Episode(i int) (task, sample int) { return i / p.Spec.Samples, i % p.Spec.Samples }
 
 // EpisodeID names sample k of a task in a run. It is unique across runs:
 // workers key episode state and sandboxes by it. Task ids are made
 // subject-safe.
 func EpisodeID(runID, taskID string, k int) string {
+	return runID + "--" + taskToken(taskID) + "-k" + strconv.Itoa(k)
+}
+
+// taskToken makes a task id subject-safe: every rune other than ASCII
+// letters, digits, '-' and '_' becomes one '_'.
+func taskToken(taskID string) string {
 	var b strings.Builder
-	b.WriteString(runID)
-	b.WriteString("--")
+	b.Grow(len(taskID))
 	for _, r := range taskID {
 		switch {
 		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
@@ -80,31 +125,109 @@ func EpisodeID(runID, taskID string, k int) string {
 			b.WriteByte('_')
 		}
 	}
-	return fmt.Sprintf("%s-k%d", b.String(), k)
+	return b.String()
 }
 
-// Request builds the i-th episode request of the plan.
+// Request builds the request of episode i (0 ≤ i < Len).
 func (p *Plan) Request(i int, now time.Time) schemas.EpisodeRequest {
-	e := p.Episodes[i]
+	ti, k := p.Episode(i)
+	task := p.tasks[ti]
 	pol := p.Spec.Policy
 	if ts := p.Spec.Temperatures; len(ts) > 0 {
-		t := ts[min(e.Sample, len(ts)-1)]
+		t := ts[min(k, len(ts)-1)]
 		pol.Temperature = &t
 	}
 	if pol.Seed != nil {
 		// Sample k gets Seed+k: with one seed for all K samples an engine
 		// that honours it (vLLM) would sample K identical episodes.
-		seed := *pol.Seed + int64(e.Sample)
+		seed := *pol.Seed + int64(k)
 		pol.Seed = &seed
 	}
 	return schemas.EpisodeRequest{
-		RunID: p.Spec.RunID, EpisodeID: EpisodeID(p.Spec.RunID, e.Task.ID, e.Sample), SampleIndex: e.Sample,
-		Task: e.Task, Policy: pol, Options: p.Spec.Options, RequestedAt: now,
+		RunID: p.Spec.RunID, EpisodeID: EpisodeID(p.Spec.RunID, task.ID, k), SampleIndex: k,
+		Task: task, Policy: pol, Options: p.Spec.Options, RequestedAt: now,
 	}
 }
 
-// Lookup finds an episode's index by id.
+// Lookup finds a planned episode's index by id: it parses the id back into
+// its task and sample, so an id of another run, of an unknown task, or of a
+// sample beyond K is not found.
 func (p *Plan) Lookup(episodeID string) (int, bool) {
-	i, ok := p.byID[episodeID]
-	return i, ok
+	rest, ok := strings.CutPrefix(episodeID, p.Spec.RunID+"--")
+	if !ok {
+		return 0, false
+	}
+	j := strings.LastIndex(rest, "-k")
+	if j < 0 {
+		return 0, false
+	}
+	tok, num := rest[:j], rest[j+2:]
+	if !canonical(num) {
+		return 0, false // "+1", "01", "-1" and the like: one id per episode
+	}
+	k, err := strconv.Atoi(num)
+	if err != nil || k >= p.Spec.Samples {
+		return 0, false
+	}
+	ti, ok := p.byToken[tok]
+	if !ok {
+		return 0, false
+	}
+	return ti*p.Spec.Samples + k, true
+}
+
+// ChunkBits is the number of episodes one completion chunk records: a run's
+// completion state is a bitmap (bit i set: episode i is scored), stored in
+// chunks of ChunkBits bits (1 KiB), so that a score rewrites one small
+// entry (a million-episode run writes about 0.5 GB of chunk versions in all,
+// where 8 KiB chunks would write 4 GB) and a count re-reads only the few
+// chunks still filling.
+const ChunkBits = 1 << 13
+
+// Chunks is the number of chunks of a plan of n episodes.
+func Chunks(n int) int { return (n + ChunkBits - 1) / ChunkBits }
+
+// ChunkLen is the number of episodes chunk c of a plan of n episodes holds.
+func ChunkLen(n, c int) int { return min(ChunkBits, n-c*ChunkBits) }
+
+// Mark sets the bit of episode i (of chunk i/ChunkBits) in chunk, growing
+// it as needed, and reports whether the bit was clear.
+func Mark(chunk []byte, i int) ([]byte, bool) {
+	bit := i % ChunkBits
+	if need := bit/8 + 1; len(chunk) < need {
+		chunk = append(chunk, make([]byte, need-len(chunk))...)
+	}
+	mask := byte(1) << (bit % 8)
+	if chunk[bit/8]&mask != 0 {
+		return chunk, false
+	}
+	chunk[bit/8] |= mask
+	return chunk, true
+}
+
+// Count returns the set bits among the first nbits bits of chunk.
+func Count(chunk []byte, nbits int) int {
+	n := 0
+	for i, b := range chunk {
+		if rest := nbits - 8*i; rest <= 0 {
+			break
+		} else if rest < 8 {
+			b &= byte(1)<<rest - 1
+		}
+		n += bits.OnesCount8(b)
+	}
+	return n
+}
+
+// canonical reports whether s is a natural number written as Itoa does.
+func canonical(s string) bool {
+	if s == "" || len(s) > 1 && s[0] == '0' {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }

@@ -21,6 +21,11 @@ type PromptOptions struct {
 	SystemAsUser bool
 	// AllowAnswer advertises medgym's explicit {"action": "answer"} action.
 	AllowAnswer bool
+	// Upstream lays the prompt out exactly as MedAgentGym does
+	// (EpisodeOptions.Compat upstream): its action header, which says
+	// "exactly three different actions" whatever the number listed. It
+	// excludes AllowAnswer.
+	Upstream bool
 }
 
 // actionSpec is the prompt text of one action.
@@ -70,8 +75,12 @@ var actionSpecs = map[string]actionSpec{
 	},
 }
 
+// UpstreamActions are MedAgentGym's four actions, in the order its prompts
+// list them.
+var UpstreamActions = []string{schemas.ActionRequestInfo, schemas.ActionValidateCode, schemas.ActionDebug, schemas.ActionTerminal}
+
 // upstreamOrder is the order actions are listed in when a task permits them.
-var upstreamOrder = []string{schemas.ActionRequestInfo, schemas.ActionValidateCode, schemas.ActionDebug, schemas.ActionTerminal}
+var upstreamOrder = UpstreamActions
 
 // Actions returns the actions a prompt for task advertises, in a fixed
 // order: the task's known permitted actions (validate_code alone when it
@@ -86,7 +95,7 @@ func Actions(task schemas.TaskView, opt PromptOptions) []string {
 	if len(out) == 0 {
 		out = []string{schemas.ActionValidateCode}
 	}
-	if opt.AllowAnswer {
+	if opt.AllowAnswer && !opt.Upstream {
 		out = append(out, schemas.ActionAnswer)
 	}
 	return out
@@ -114,9 +123,12 @@ func SystemPrompt(task schemas.TaskView, opt PromptOptions) string {
 		b.WriteString(s)
 		b.WriteString("\n\n")
 	}
-	if len(actions) == 1 {
+	switch {
+	case opt.Upstream:
+		b.WriteString("You are allowed to take exactly three different actions:\n")
+	case len(actions) == 1:
 		b.WriteString("You are allowed to take the following action:\n")
-	} else {
+	default:
 		fmt.Fprintf(&b, "You are allowed to take the following %s actions:\n", number(len(actions)))
 	}
 	for i, a := range actions {

@@ -65,8 +65,9 @@ func (e *Engine) now() time.Time {
 // Start begins an episode.
 func (e *Engine) Start(ctx context.Context, req schemas.EpisodeRequest) (schemas.EpisodeState, Step, error) {
 	st := schemas.EpisodeState{
-		Request:   req,
-		Messages:  agent.BuildMessages(req.Task, agent.PromptOptions{SystemAsUser: e.SystemAsUser, AllowAnswer: req.Options.EndOn != schemas.EndOnAccepted}),
+		Request: req,
+		Messages: agent.BuildMessages(req.Task, agent.PromptOptions{SystemAsUser: e.SystemAsUser,
+			AllowAnswer: req.Options.EndOn != schemas.EndOnAccepted, Upstream: req.Options.Upstream()}),
 		StartedAt: e.now(),
 	}
 	return e.advance(ctx, st)
@@ -122,6 +123,11 @@ func (e *Engine) advance(ctx context.Context, st schemas.EpisodeState) (schemas.
 			if allParseErrors(st.Turns) {
 				return e.finish(st, schemas.EndFormatError, "", "no turn produced a valid action")
 			}
+			if req.Options.Upstream() {
+				// Upstream: no accepted execution in num_steps is a failure;
+				// there is no final answer to grade.
+				return e.finish(st, schemas.EndTurnLimit, "", "")
+			}
 			return e.finish(st, schemas.EndTurnLimit, lastAnswer(st.Turns), "")
 		}
 		if d := req.Options.EpisodeTimeoutSec; d > 0 && e.now().Sub(st.StartedAt) > time.Duration(d)*time.Second {
@@ -156,7 +162,9 @@ func (e *Engine) advance(ctx context.Context, st schemas.EpisodeState) (schemas.
 		t.ActionName, t.ParamsJSON = act.Name, string(act.Params)
 		// answer is governed by EndOn (the prompt offers it whenever EndOn
 		// allows it), not by the task's permitted actions.
-		if act.Name != schemas.ActionAnswer && !permitted(req.Task, act.Name) {
+		// Upstream executes any of its four actions, advertised or not.
+		if act.Name != schemas.ActionAnswer && !permitted(req.Task, act.Name) &&
+			!(req.Options.Upstream() && slices.Contains(agent.UpstreamActions, act.Name)) {
 			t.Observation = fmt.Sprintf("Error: the action %q is not permitted for this task; permitted actions: %s.",
 				act.Name, strings.Join(req.Task.PermittedActions, ", "))
 			t.ExecStatus = schemas.StatusInfo // answered here, never executed
@@ -207,6 +215,7 @@ func (e *Engine) advance(ctx context.Context, st schemas.EpisodeState) (schemas.
 			VerifierMode: req.Options.VerifierMode,
 			Replay:       replayable(st.Turns[:idx]),
 			OutputFiles:  req.Task.OutputFiles,
+			Harness:      req.Task.Harness,
 		}
 		st.PendingAction = &ar
 		return st, Step{Action: &ar}, nil

@@ -438,3 +438,86 @@ func TestEpisodeTimeout(t *testing.T) {
 		t.Fatalf("result %+v err %v", st.Result, err)
 	}
 }
+
+// TestUpstreamCompat plays MedAgentGym's episode rules (Compat upstream):
+// the prompt has upstream's four actions only, the first accepted execution
+// ends the episode, the turn limit carries no final answer even when the
+// last output was right, and an action the task does not advertise runs.
+func TestUpstreamCompat(t *testing.T) {
+	t.Parallel()
+	up := func(o *schemas.EpisodeOptions) { *o = schemas.UpstreamOptions() }
+	req := request(up)
+	if err := req.Options.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	// The last output is the right number, but no execution was accepted
+	// (the verifier's check said no): a failure, no answer to rescue it.
+	var s script
+	for i := range 15 {
+		s = append(s, code("print("+strings.Repeat("9", i+1)+")"))
+	}
+	st, sent := play(t, engine(s), req, func(a schemas.ActionRequest) (schemas.ExecResult, bool) {
+		out := "22.5\n"
+		if !strings.Contains(string(a.Action.Params), "999999999999999") {
+			out = "7\n"
+		}
+		return schemas.ExecResult{Status: schemas.StatusOK, Stdout: out, Message: out}, false
+	})
+	r := st.Result
+	if r.Termination != schemas.EndTurnLimit || len(r.Turns) != 15 || len(sent) != 15 || r.FinalAnswer != "" {
+		t.Fatalf("termination %s, %d turns, %d actions, answer %q", r.Termination, len(r.Turns), len(sent), r.FinalAnswer)
+	}
+	// Positive control: medgym's rules keep the last output as the answer.
+	med := request(func(o *schemas.EpisodeOptions) { o.MaxTurns = 2 })
+	if st, _ := play(t, engine(script{code("print(1)"), code("print(22.5)")}), med, printed("nope")); st.Result.FinalAnswer != "22.5" {
+		t.Fatalf("medgym rules: final answer %q", st.Result.FinalAnswer)
+	}
+
+	// First accepted execution ends it; every code run asks for a check in
+	// upstream mode.
+	st, sent = play(t, engine(script{code("print(30)"), code("print(22.5)"), code("print(1)")}), req, printed("22.5"))
+	if st.Result.Termination != schemas.EndAccepted || len(st.Result.Turns) != 2 || !sent[0].Check || sent[0].VerifierMode != "upstream" {
+		t.Fatalf("termination %s, %d turns, check %v mode %q", st.Result.Termination, len(st.Result.Turns), sent[0].Check, sent[0].VerifierMode)
+	}
+	sys := st.Result.Messages[0].Content
+	if strings.Contains(sys, `"answer"`) || !strings.Contains(sys, "exactly three different actions") {
+		t.Fatalf("upstream prompt:\n%s", sys)
+	}
+
+	// request_info is not advertised for this task, yet upstream runs it.
+	ri := `{"action": "request_info", "params": {"data_path": "/data/x.csv", "info_type": "column_names", "keyterm": ""}}`
+	st, sent = play(t, engine(script{ri, code("print(22.5)")}), req, printed("22.5"))
+	if len(sent) != 2 || sent[0].Action.Name != "request_info" || st.Result.Turns[0].ExecStatus == schemas.StatusInfo {
+		t.Fatalf("upstream request_info: %d actions, turn 0 %+v", len(sent), st.Result.Turns[0])
+	}
+	// An answer action is no upstream action: refused, the turn consumed.
+	st, _ = play(t, engine(script{answer("22.5"), code("print(22.5)")}), req, printed("22.5"))
+	if st.Result.Termination != schemas.EndAccepted || len(st.Result.Turns) != 2 {
+		t.Fatalf("answer in upstream mode: %s, %d turns", st.Result.Termination, len(st.Result.Turns))
+	}
+}
+
+func TestUpstreamOptionsValidate(t *testing.T) {
+	t.Parallel()
+	for _, mut := range []func(*schemas.EpisodeOptions){
+		func(o *schemas.EpisodeOptions) { o.EndOn = schemas.EndOnBoth },
+		func(o *schemas.EpisodeOptions) { o.MaxTurns = 20 },
+		func(o *schemas.EpisodeOptions) { o.VerifierMode = "strict" },
+		func(o *schemas.EpisodeOptions) { o.ShowVerdict = true },
+		func(o *schemas.EpisodeOptions) { o.LoopGuard = "warn" },
+		func(o *schemas.EpisodeOptions) { o.EpisodeTimeoutSec = 60 },
+		func(o *schemas.EpisodeOptions) { o.Compat = "paper" },
+	} {
+		o := schemas.UpstreamOptions()
+		mut(&o)
+		if err := o.Validate(); err == nil {
+			t.Errorf("%+v accepted", o)
+		}
+	}
+	// Specs written before the field: no compat, medgym's rules.
+	var o schemas.EpisodeOptions
+	if err := json.Unmarshal([]byte(`{"max_turns": 15, "end_on": "both", "action_timeout_sec": 120}`), &o); err != nil ||
+		o.Validate() != nil || o.Upstream() {
+		t.Errorf("old spec: %+v, %v", o, err)
+	}
+}

@@ -1,9 +1,12 @@
 package sandbox
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -434,4 +437,149 @@ if os.WIFSIGNALED(st):
 		want = append(want, "ia32")
 	}
 	return b.String(), want, nil
+}
+
+// canaryLibrary builds a task library with a unique canary string in every
+// verifier-only file (task files and the verifier manifest) and agent data
+// without it. It returns the library root and the canary.
+func canaryLibrary(t *testing.T) (lib, canary string) {
+	t.Helper()
+	canary = fmt.Sprintf("MEDGYM-CANARY-%d-%d", os.Getpid(), time.Now().UnixNano())
+	lib = openTempDir(t)
+	files := map[string]string{
+		"agent/toy/t.csv":                          "a,b\n1,x\n2,y\n",
+		"agent/toy/notes.txt":                      "patient notes\n",
+		"agent/" + schemas.AgentManifestFile:       `{"tree": "agent"}`,
+		"verifier/toy/test.jsonl":                  `{"truth": {"answer": "` + canary + `"}, "reference": "print('` + canary + `')"}` + "\n",
+		"verifier/toy/train.jsonl":                 `{"truth": {"answer": "` + canary + `"}}` + "\n",
+		"verifier/" + schemas.VerifierManifestFile: `{"tree": "verifier", "note": "` + canary + `"}`,
+		"upstream/mimic_iii/valid_tasks.jsonl":     `{"answer": ["` + canary + `"]}` + "\n",
+		"upstream/mimic_iii/PATIENTS.csv":          "subject_id\n1\n",
+	}
+	for p, c := range files {
+		full := filepath.Join(lib, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return lib, canary
+}
+
+// canarySearch is a shell search for the canary over a tree: grep -r,
+// reading every file it can. The canary is split in the command, so the
+// command's own text (in /proc, or a script file) never matches.
+func canarySearch(canary, root string) string {
+	head, tail := canary[:len(canary)/2], canary[len(canary)/2:]
+	return fmt.Sprintf(`H=%q; T=%q; grep -rlsaF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -e "$H$T" %s; echo "grep-exit=$?"`, head, tail, root)
+}
+
+// TestCanary is issue 13's reward-integrity check: the answer key (every
+// verifier-only file, each holding a canary) is unreadable from inside the
+// sandbox on every backend and through every action that returns data
+// (validate_code, terminal, request_info), while the same search over the
+// host's verifier tree finds it (the positive control). A data root that
+// holds verifier-only files is refused at start.
+func TestCanary(t *testing.T) {
+	lib, canary := canaryLibrary(t)
+	agent, verifier := filepath.Join(lib, "agent"), filepath.Join(lib, "verifier")
+
+	// Positive control: the search finds the canary in the host's verifier
+	// tree (so it can fail), and not in the agent tree.
+	hostSearch := func(root string) string {
+		out, _ := exec.Command("sh", "-c", canarySearch(canary, root)).CombinedOutput()
+		return string(out)
+	}
+	if out := hostSearch(verifier); !strings.Contains(out, "test.jsonl") || !strings.Contains(out, "train.jsonl") ||
+		!strings.Contains(out, schemas.VerifierManifestFile) || !strings.Contains(out, "grep-exit=0") {
+		t.Fatalf("positive control: the search missed the canary in the verifier tree:\n%s", out)
+	}
+	if out := strings.TrimSpace(hostSearch(agent)); out != "grep-exit=1" {
+		t.Fatalf("the agent tree holds the canary:\n%s", out)
+	}
+
+	t.Run("refused data roots", func(t *testing.T) {
+		for _, backend := range []string{BackendBwrap, BackendDocker} {
+			for _, root := range []string{lib, verifier, filepath.Join(lib, "upstream")} {
+				cfg := Config{Backend: backend, DataRoot: root, WorkRoot: filepath.Join(openTempDir(t), "work")}
+				s, err := New(t.Context(), cfg, testLogger(t))
+				if err == nil {
+					_ = s.Close()
+					t.Fatalf("%s: data root %s with verifier-only files was accepted", backend, root)
+				}
+				if !errors.Is(err, errVerifierData) || !strings.Contains(err.Error(), "agent tree") {
+					t.Fatalf("%s: data root %s: unclear error %v", backend, root, err)
+				}
+			}
+		}
+	})
+
+	// Every path back to the agent, searched from inside the sandbox.
+	pySearch := fmt.Sprintf(`import os
+canary = (%q + %q).encode()
+hits, read = [], 0
+for top, dirs, files in os.walk("/"):
+    if top == "/":
+        dirs[:] = [d for d in dirs if d not in ("proc", "sys", "dev")]
+    for f in files:
+        p = os.path.join(top, f)
+        try:
+            if not os.path.isfile(p) or os.path.islink(p):
+                continue
+            with open(p, "rb") as fh:
+                b = fh.read(64 << 20)
+            read += 1
+            if canary in b:
+                hits.append(p)
+        except Exception:
+            pass
+print("read", read, "files; hits:", hits)
+print("data:", sorted(os.listdir("/data")), sorted(os.listdir("/data/toy")))
+`, canary[:len(canary)/2], canary[len(canary)/2:])
+	for name, mk := range backends() {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel() // backends are independent; most of the time is grep reading /usr
+			s := mk(t, Config{DataRoot: agent})
+			withData := func(r schemas.ActionRequest) schemas.ActionRequest {
+				r.Resources = []string{"toy"}
+				r.TimeoutSec = 120
+				return r
+			}
+			ep := newEpisode()
+			r := exec1(t, s, withData(term(ep, canarySearch(canary, "/"), 120)))
+			// grep lists every file holding the canary; exit 1 (none) or 2
+			// (none, and some files were unreadable) are what pass.
+			if out := strings.TrimSpace(r.Stdout); strings.Contains(r.Message, canary) || strings.Contains(out, "\n") ||
+				(out != "grep-exit=1" && out != "grep-exit=2") {
+				t.Fatalf("terminal: grep -r / found the canary or failed: %s %q", r.Status, r.Message)
+			}
+			r = exec1(t, s, withData(code(ep, pySearch, 120)))
+			if strings.Contains(r.Message, canary) || !strings.Contains(r.Stdout, "hits: []") {
+				t.Fatalf("validate_code: reading every file found the canary: %s %q", r.Status, r.Message)
+			}
+			// The search did see the task's data (the mount worked), and
+			// nothing of the verifier tree.
+			if !strings.Contains(r.Stdout, "data: ['toy'] ['notes.txt', 't.csv']") {
+				t.Fatalf("validate_code: the agent data is not what was mounted: %q", r.Stdout)
+			}
+			info := func(dataPath, infoType, key string) schemas.ExecResult {
+				p, _ := json.Marshal(map[string]string{"data_path": dataPath, "info_type": infoType, "keyterm": key})
+				return exec1(t, s, withData(req(ep, schemas.Action{Name: schemas.ActionRequestInfo, Params: p}, 30)))
+			}
+			if r := info("/data/toy/t.csv", "column_names", ""); r.Status != schemas.StatusInfo || !strings.Contains(r.Message, "a") {
+				t.Fatalf("request_info on agent data failed (the probes below would prove nothing): %+v", r)
+			}
+			for _, p := range []string{"/data/toy/../../verifier/toy/test.jsonl", "toy/../verifier/toy/test.jsonl",
+				"/data/verifier/toy/test.jsonl", "../verifier/toy/test.jsonl", filepath.Join(verifier, "toy", "test.jsonl"),
+				"/data/toy/../../" + schemas.VerifierTreeDir + "/" + schemas.VerifierManifestFile, "/data/../verifier"} {
+				for _, it := range []string{"column_names", "column_values", "term"} {
+					if r := info(p, it, "answer"); strings.Contains(r.Message, canary) || r.Status == schemas.StatusInfo {
+						t.Fatalf("request_info %s %s reached the verifier tree: %+v", p, it, r)
+					}
+				}
+			}
+		})
+	}
 }

@@ -79,6 +79,10 @@ func (s *Sandbox) action(ctx context.Context, req schemas.ActionRequest, a schem
 			return errorResult(`Error: validate_code needs params {"code": "<python code>"}`)
 		}
 		code = *p.Code
+		if req.Harness != "" {
+			// Upstream splices before validate_code's own rules (str.replace).
+			code = strings.ReplaceAll(req.Harness, schemas.HarnessMarker, code)
+		}
 		if !strings.Contains(code, "print") && strings.Contains(code, "answer") {
 			code += "\nprint(answer)"
 		}

@@ -77,6 +77,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Sandbox, error) {
 		if st, err := os.Stat(abs); err != nil || !st.IsDir() {
 			return nil, fmt.Errorf("sandbox: data root %s is not a directory", abs)
 		}
+		if err := checkAgentOnly(abs); err != nil {
+			return nil, err
+		}
 		if os.Geteuid() == 0 && cfg.Backend != BackendDocker {
 			// bwrap resolves mount sources as the sandbox user: a data root
 			// it cannot reach would fail every action that mounts data.

@@ -350,7 +350,14 @@ func (l *Loop) waitScores(ctx context.Context, runID string, total int) (map[str
 		case errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
 			// no score within the wait: look again
 		case err != nil:
-			return nil, fmt.Errorf("follow scores of %s: %w", runID, err)
+			// NATS is down or restarting: the ordered consumer resumes
+			// after the last score it delivered, so wait and look again
+			// (WaitTimeout bounds the whole wait).
+			l.log.Warn("follow scores: retrying", "run", runID, "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
 		default:
 			sc, err := schemas.Decode[schemas.Score](msg.Data())
 			if err != nil {

@@ -62,6 +62,13 @@
 //     An explicit answer text is never accepted for these tasks; Score
 //     re-checks the file of the accepted turn, or of the last code turn
 //     that returned files.
+//   - output (BioCoder): the agent's function ran inside the task's
+//     context (TaskView.Harness, spliced by the sandbox); the whole stdout
+//     must equal the reference solution's run the same way (Truth.Answer,
+//     from `medgym tasks reference-outputs`), CRLF and trailing white space
+//     at the end aside. Nothing is accepted when the reference output is
+//     missing, failed, or empty (a silent reference cannot tell a right
+//     function from a silent one), nor from an answer text.
 //
 // # Upstream rules
 //
@@ -81,7 +88,9 @@
 //   - ehrcon: "true" in lower(pred) → true, elif "false" → false; equal to
 //     the truth.
 //   - biodsbench: accepted iff the run exited cleanly.
-//   - biocoder: env_message equals Truth.Answer exactly.
+//   - biocoder: env_message equals the reference run's env_message
+//     (Extra["reference_message"], else Truth.Answer) exactly: with a
+//     silent reference any silent program passes.
 //   - any predictions task (EHRSHOT, MIMIC-Extract style): on a clean run
 //     with the file present the step is accepted ("done"), with accuracy
 //     over the *predicted* rows (int(pred) == int(gold), unknown ids wrong,

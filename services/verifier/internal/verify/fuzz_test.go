@@ -67,7 +67,7 @@ func FuzzCheck(f *testing.F) {
 			}
 			for _, d := range datasets {
 				for _, m := range []Mode{Strict, Upstream} {
-					oc := CheckOutput(m, d, truth, res)
+					oc := checkOutput(m, d, truth, res)
 					ac := CheckAnswer(m, d, truth, oc.Answer)
 					for _, c := range []schemas.Check{oc, ac} {
 						if c.Verdict == "" || c.VerifierVersion != VersionFor(m) {

@@ -62,7 +62,7 @@ func TestGolden(t *testing.T) {
 				t.Parallel()
 				var got schemas.Check
 				if c.Result != nil {
-					got = CheckOutput(m.mode, c.Dataset, c.Truth, *c.Result)
+					got = checkOutput(m.mode, c.Dataset, c.Truth, *c.Result)
 				} else {
 					got = CheckAnswer(m.mode, c.Dataset, c.Truth, *c.Answer)
 				}

@@ -151,16 +151,16 @@ func TestMedcalcRows(t *testing.T) {
 			fail = []string{fmt.Sprintf("(%d, %d)", wd.weeks, wd.days+1)}
 		}
 		for _, s := range pass {
-			if c := CheckOutput(Strict, "medcalcbench", truth, stdout(s)); !c.Accepted {
+			if c := checkOutput(Strict, "medcalcbench", truth, stdout(s)); !c.Accepted {
 				t.Errorf("row %s (%s): strict rejects %q: %s", r.row, truth.Type, s, c.Verdict)
 			}
 		}
 		for _, s := range fail {
-			if c := CheckOutput(Strict, "medcalcbench", truth, stdout(s)); c.Accepted {
+			if c := checkOutput(Strict, "medcalcbench", truth, stdout(s)); c.Accepted {
 				t.Errorf("row %s (%s): strict accepts %q: %s", r.row, truth.Type, s, c.Verdict)
 			}
 		}
-		up := CheckOutput(Upstream, "medcalcbench", truth, stdout(fail[0]))
+		up := checkOutput(Upstream, "medcalcbench", truth, stdout(fail[0]))
 		switch truth.Type {
 		case schemas.AnswerNumber, schemas.AnswerInteger:
 			if !up.Accepted {

@@ -73,14 +73,14 @@ func TestVersionFor(t *testing.T) {
 func TestUnknownModeRejects(t *testing.T) {
 	t.Parallel()
 	truth := tasks.Truth{Type: schemas.AnswerNumber, Answer: "1"}
-	if c := CheckOutput("bogus", "medcalcbench", truth, stdout("1")); c.Accepted || c.Verdict == "" {
-		t.Errorf("CheckOutput(bogus mode) = %+v", c)
+	if c := checkOutput("bogus", "medcalcbench", truth, stdout("1")); c.Accepted || c.Verdict == "" {
+		t.Errorf("checkOutput(bogus mode) = %+v", c)
 	}
 	if c := CheckAnswer("bogus", "medcalcbench", truth, "1"); c.Accepted || c.Verdict == "" {
 		t.Errorf("CheckAnswer(bogus mode) = %+v", c)
 	}
-	if c := CheckOutput("", "medcalcbench", truth, stdout("1")); !c.Accepted || c.VerifierVersion != VersionFor(Strict) {
-		t.Errorf("CheckOutput(\"\" mode) = %+v, want strict acceptance", c)
+	if c := checkOutput("", "medcalcbench", truth, stdout("1")); !c.Accepted || c.VerifierVersion != VersionFor(Strict) {
+		t.Errorf("checkOutput(\"\" mode) = %+v, want strict acceptance", c)
 	}
 }
 

@@ -62,21 +62,21 @@ func TestPredictionsMetrics(t *testing.T) {
 func TestPredictionsThresholdsAndVerdict(t *testing.T) {
 	t.Parallel()
 	good := "id,prediction,score\n1,1,.9\n2,0,.1\n3,1,.8\n4,0,.2\n5,1,.7\n6,0,.3\n7,1,.6\n8,0,.4\n9,0,.35\n10,1,.45\n"
-	c := CheckOutput(Strict, "clinical_ml", predTruth("0.8", "0.9"), predRun(good))
+	c := checkOutput(Strict, "clinical_ml", predTruth("0.8", "0.9"), predRun(good))
 	if !c.Accepted || !strings.Contains(c.Verdict, "accuracy 0.8000 (8 of 10 gold rows) ≥ 0.8000") || !strings.Contains(c.Verdict, "AUROC 0.9200 ≥ 0.9000") {
 		t.Fatalf("got %+v", c)
 	}
-	if c := CheckOutput(Strict, "clinical_ml", predTruth("0.9", ""), predRun(good)); c.Accepted {
+	if c := checkOutput(Strict, "clinical_ml", predTruth("0.9", ""), predRun(good)); c.Accepted {
 		t.Fatalf("accuracy below threshold accepted: %+v", c)
 	}
-	if c := CheckOutput(Strict, "clinical_ml", predTruth("0.5", "0.97"), predRun(good)); c.Accepted || !strings.Contains(c.Verdict, "AUROC 0.9200 < 0.9700") {
+	if c := checkOutput(Strict, "clinical_ml", predTruth("0.5", "0.97"), predRun(good)); c.Accepted || !strings.Contains(c.Verdict, "AUROC 0.9200 < 0.9700") {
 		t.Fatalf("AUROC below threshold accepted: %+v", c)
 	}
 	noScore := "id,prediction\n1,1\n2,0\n3,1\n4,0\n5,1\n6,0\n7,1\n8,0\n9,1\n10,0\n"
-	if c := CheckOutput(Strict, "clinical_ml", predTruth("0.5", "0.5"), predRun(noScore)); c.Accepted || !strings.Contains(c.Verdict, "AUROC missing") {
+	if c := checkOutput(Strict, "clinical_ml", predTruth("0.5", "0.5"), predRun(noScore)); c.Accepted || !strings.Contains(c.Verdict, "AUROC missing") {
 		t.Fatalf("required AUROC without a score column accepted: %+v", c)
 	}
-	if c := CheckOutput(Strict, "clinical_ml", predTruth("", ""), predRun(noScore)); c.Accepted {
+	if c := checkOutput(Strict, "clinical_ml", predTruth("", ""), predRun(noScore)); c.Accepted {
 		t.Fatalf("truth without min_accuracy accepted: %+v", c)
 	}
 	if c := CheckAnswer(Strict, "clinical_ml", predTruth("0.5", ""), "1,1"); c.Accepted {
@@ -85,7 +85,7 @@ func TestPredictionsThresholdsAndVerdict(t *testing.T) {
 	// Other file names are not read.
 	tr := predTruth("0.5", "")
 	tr.Extra[tasks.ExtraOutputFile] = "out/p.csv"
-	if c := CheckOutput(Strict, "clinical_ml", tr, predRun(noScore)); c.Accepted {
+	if c := checkOutput(Strict, "clinical_ml", tr, predRun(noScore)); c.Accepted {
 		t.Fatalf("wrong file read: %+v", c)
 	}
 }

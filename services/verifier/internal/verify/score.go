@@ -66,7 +66,7 @@ func classify(mode Mode, truth tasks.Truth, res schemas.EpisodeResult) (schemas.
 		if !ok {
 			return schemas.OutcomeIncorrect, "accepted by the worker, but the episode has no code execution to re-check"
 		}
-		c := CheckOutput(mode, dataset, truth, execOf(turn))
+		c := checkOutput(mode, dataset, truth, execOf(turn))
 		if c.Accepted {
 			return schemas.OutcomeCorrect, fmt.Sprintf("turn %d re-checked: %s", turn.Index, c.Verdict)
 		}
@@ -78,6 +78,10 @@ func classify(mode Mode, truth tasks.Truth, res schemas.EpisodeResult) (schemas.
 		}
 		return schemas.OutcomeIncorrect, "final answer: " + c.Verdict
 	case schemas.EndTurnLimit:
+		if res.Request.Options.Upstream() {
+			// Upstream: no accepted execution within num_steps is a failure.
+			return schemas.OutcomeTurnLimit, "turn limit reached without an accepted execution (upstream rules)"
+		}
 		if res.FinalAnswer != "" {
 			if c := CheckAnswer(mode, dataset, truth, res.FinalAnswer); c.Accepted {
 				return schemas.OutcomeCorrect, "turn limit reached, but the final answer is correct: " + c.Verdict
@@ -180,7 +184,7 @@ func classifyPredictions(mode Mode, truth tasks.Truth, res schemas.EpisodeResult
 	_, accepted, v, acc := checkPredictions(mode, truth, execOf(turn))
 	v = fmt.Sprintf("turn %d re-checked: %s", turn.Index, v)
 	switch {
-	case accepted:
+	case accepted && !(res.Termination == schemas.EndTurnLimit && res.Request.Options.Upstream()):
 		return schemas.OutcomeCorrect, v, &acc
 	case res.Termination == schemas.EndTurnLimit:
 		return schemas.OutcomeTurnLimit, "turn limit reached without a correct answer; " + v, &acc

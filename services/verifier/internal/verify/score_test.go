@@ -25,6 +25,13 @@ func episode(term schemas.Termination, final string, turns ...schemas.Turn) sche
 	}
 }
 
+// upstreamCompat marks an episode as played under MedAgentGym's episode
+// rules (EpisodeOptions.Compat upstream).
+func upstreamCompat(r schemas.EpisodeResult) schemas.EpisodeResult {
+	r.Request.Options = schemas.UpstreamOptions()
+	return r
+}
+
 func codeTurn(status string, exit int, out, errOut string, accepted bool) schemas.Turn {
 	return schemas.Turn{ActionName: schemas.ActionValidateCode, ExecStatus: status, ExitCode: exit, Stdout: out, Stderr: errOut, Accepted: accepted}
 }
@@ -61,6 +68,8 @@ func TestScore(t *testing.T) {
 		{"turn limit", Options{}, episode(schemas.EndTurnLimit, "", good), schemas.OutcomeTurnLimit, 0, "turn limit"},
 		{"turn limit, wrong answer", Options{}, episode(schemas.EndTurnLimit, "7", good), schemas.OutcomeTurnLimit, 0, "turn limit"},
 		{"turn limit, correct answer", Options{}, episode(schemas.EndTurnLimit, "25.3", good), schemas.OutcomeCorrect, 1, "final answer is correct"},
+		{"turn limit, correct answer, upstream compat", Options{Mode: Upstream}, upstreamCompat(episode(schemas.EndTurnLimit, "25.3", good)), schemas.OutcomeTurnLimit, 0, "upstream rules"},
+		{"turn limit, correct answer, upstream verifier only", Options{Mode: Upstream}, episode(schemas.EndTurnLimit, "25.3", good), schemas.OutcomeCorrect, 1, "final answer is correct"},
 		{"loop", Options{}, episode(schemas.EndLoop, "25.3", good, good), schemas.OutcomeLoop, 0, "loop"},
 		{"format error", Options{}, episode(schemas.EndFormatError, "", badParse), schemas.OutcomeFormatError, 0, "parsable"},
 		{"timeout", Options{}, episode(schemas.EndTimeout, "25.3"), schemas.OutcomeTimeout, 0, "wall clock"},

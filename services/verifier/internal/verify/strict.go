@@ -26,12 +26,65 @@ func strictOutput(truth tasks.Truth, res schemas.ExecResult) (answer string, ok 
 	if res.Status != schemas.StatusOK || res.ExitCode != 0 {
 		return "", false, fmt.Sprintf("rejected: the run ended with status %q (exit code %d); strict mode accepts only a clean exit", res.Status, res.ExitCode)
 	}
+	if truth.Type == schemas.AnswerOutput {
+		return checkProgramOutput(truth, res)
+	}
 	return strictText(truth, res.Stdout, "stdout (stderr is never read)")
+}
+
+// checkProgramOutput is the strict rule of an output task (BioCoder): the
+// agent's function ran inside the task's harness; its whole stdout must
+// equal the reference solution's, run the same way (line ends and trailing
+// white space at the end aside). A reference that failed or printed
+// nothing cannot tell a right function from a silent one, so nothing is
+// accepted against it.
+func checkProgramOutput(truth tasks.Truth, res schemas.ExecResult) (answer string, ok bool, verdict string) {
+	switch truth.Extra["reference_output"] {
+	case "missing":
+		return "", false, "rejected: this task has no reference output yet; run `medgym tasks reference-outputs --tasks-dir DIR` to compute it"
+	case "failed":
+		return "", false, "rejected: the task's reference solution does not run cleanly in the sandbox, so no output can be checked against it"
+	}
+	norm := func(s string) string { return strings.TrimRight(strings.ReplaceAll(s, "\r\n", "\n"), " \t\n") }
+	want, got := norm(truth.Answer), norm(res.Stdout)
+	if want == "" {
+		return got, false, "rejected: the reference solution prints nothing, so a silent program cannot be told from a right one"
+	}
+	if res.Truncated {
+		return got, false, "rejected: the output was truncated"
+	}
+	if got == want {
+		return got, true, fmt.Sprintf("accepted: the program's output equals the reference output (%d lines)", strings.Count(want, "\n")+1)
+	}
+	gl, wl := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := range max(len(gl), len(wl)) {
+		g, w := "<none>", "<none>"
+		if i < len(gl) {
+			g = gl[i]
+		}
+		if i < len(wl) {
+			w = wl[i]
+		}
+		if g != w {
+			return got, false, fmt.Sprintf("rejected: output line %d is %q, the reference prints %q", i+1, clipLine(g), clipLine(w))
+		}
+	}
+	return got, false, "rejected: the output differs from the reference output"
+}
+
+func clipLine(s string) string {
+	if len(s) > 120 {
+		return s[:120] + "…"
+	}
+	return s
 }
 
 // strictText extracts the answer from text (stdout or an explicit answer)
 // and checks it.
 func strictText(truth tasks.Truth, text, what string) (answer string, ok bool, verdict string) {
+	if truth.Type == schemas.AnswerOutput {
+		return "", false, "rejected: this task is scored from its program's output, not from an answer text"
+	}
 	if answerType(truth) == schemas.AnswerList {
 		answer = strings.TrimSpace(text)
 	} else {

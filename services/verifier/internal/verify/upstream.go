@@ -208,7 +208,11 @@ func biodsbenchUpstream(_ tasks.Truth, _ string, success bool) (bool, string) {
 // biocoderUpstream: env_message == ground truth (the reference program's
 // env_message, in Truth.Answer), exact.
 func biocoderUpstream(truth tasks.Truth, msg string, _ bool) (bool, string) {
-	if msg == truth.Answer {
+	want := truth.Answer
+	if m, ok := truth.Extra["reference_message"]; ok {
+		want = m // the reference run's env_message, as upstream computes its ground truth
+	}
+	if msg == want {
 		return true, "accepted (upstream): output equals the reference output"
 	}
 	return false, "rejected (upstream): output differs from the reference output"
