@@ -25,7 +25,7 @@ setup-test:
 	scripts/venv.sh
 
 ## venv: the Python venv (.venv) with the trainer's pinned torch, transformers and peft
-## (requirements/; ~3.3 GB of wheels the first time, then a no-op)
+## (requirements/; ~2.8 GB of wheels the first time, then a no-op)
 venv:
 	scripts/venv.sh
 
