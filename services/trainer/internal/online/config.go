@@ -51,6 +51,11 @@ type Config struct {
 	GRPO    GRPO         `json:"grpo"`
 	Stale   Staleness    `json:"staleness"`
 
+	// Eval, when set, runs a held-out evaluation every Eval.Every
+	// iterations with the new adapter; its success rate goes into the
+	// iteration's report and the progress table.
+	Eval *Eval `json:"eval,omitempty"`
+
 	// Overlap submits iteration i+1's batch, sampled from the current
 	// policy, while iteration i trains (needs staleness.max_lag ≥ 1).
 	Overlap bool `json:"overlap,omitempty"`
@@ -100,6 +105,19 @@ type GRPO struct {
 	// §6.2: correctness + format; the paper gives no weights). Default
 	// DefaultFormatWeight; 0 turns it off.
 	FormatWeight *float64 `json:"format_weight,omitempty"`
+}
+
+// Eval is the held-out evaluation: tasks (default: the training datasets'
+// test split) sampled Samples times at Temperature by the adapter an
+// iteration has just produced.
+type Eval struct {
+	Every       int      `json:"every"`
+	Datasets    []string `json:"datasets,omitempty"`
+	Split       string   `json:"split,omitempty"`
+	TaskIDs     []string `json:"task_ids,omitempty"`
+	Limit       int      `json:"limit,omitempty"`
+	Samples     int      `json:"samples,omitempty"`
+	Temperature *float64 `json:"temperature,omitempty"`
 }
 
 // DefaultFormatWeight is the default weight of the format reward.
@@ -196,6 +214,23 @@ func (c Config) WithDefaults() Config {
 	if c.GRPO.Scale == "" {
 		c.GRPO.Scale = "group"
 	}
+	if c.Eval != nil {
+		e := *c.Eval
+		if len(e.Datasets) == 0 {
+			e.Datasets = c.Datasets
+		}
+		if e.Split == "" {
+			e.Split = "test"
+		}
+		if e.Samples == 0 {
+			e.Samples = 1
+		}
+		if e.Temperature == nil {
+			t := 0.0
+			e.Temperature = &t
+		}
+		c.Eval = &e
+	}
 	if c.GRPO.FormatWeight == nil {
 		w := DefaultFormatWeight
 		c.GRPO.FormatWeight = &w
@@ -239,6 +274,7 @@ func (c Config) Validate() error {
 	req(c.Stale.Replay >= 0 && c.Stale.MaxLag >= 0, "staleness.replay and staleness.max_lag must be ≥ 0")
 	req(c.Stale.Mode == "drop" || c.Stale.Mode == "reweight", "staleness.mode must be drop or reweight")
 	req(c.GRPO.Scale == "group" || c.GRPO.Scale == "none", "grpo.scale must be group or none")
+	req(c.Eval == nil || c.Eval.Every >= 1, "eval.every must be ≥ 1")
 	req(!c.Overlap || c.Stale.MaxLag >= 1, "overlap samples one version behind: it needs staleness.max_lag ≥ 1")
 	if c.Episode != nil {
 		if err := c.Episode.Validate(); err != nil {

@@ -66,9 +66,23 @@ type Report struct {
 	// Overlapped: this iteration's batch was sampled while the previous
 	// iteration trained (config overlap), one version behind.
 	Overlapped bool `json:"overlapped"`
+	// Eval is the held-out evaluation run after this iteration (config
+	// eval.every), nil when none ran.
+	Eval *EvalResult `json:"eval,omitempty"`
+	// EvalS is the time the evaluation took (not part of the split above).
+	EvalS float64 `json:"eval_s,omitempty"`
 	// Recipe is the sampling and reward recipe of the iteration; the
 	// step's own (lr, β, KL, steps) is Train["recipe"].
 	Recipe Recipe `json:"recipe"`
+}
+
+// EvalResult is a held-out evaluation of one adapter.
+type EvalResult struct {
+	RunID       string  `json:"run_id"`
+	Model       string  `json:"model"`
+	Episodes    int     `json:"episodes"`
+	Scored      int     `json:"scored"`
+	SuccessRate float64 `json:"success_rate"`
 }
 
 // Recipe records the settings an iteration ran with.
@@ -164,6 +178,10 @@ func (l *Loop) Run(ctx context.Context) ([]Report, error) {
 			rep.Samples, rep.Groups, rep.StaleDropped, rep.Reweighted, rep.SamplingS, rep.WaitingS, rep.TrainingS, rep.LoadingS)
 		fmt.Fprintf(l.out, "  model load %.1fs, GPU idle %.0f%%%s\n", rep.ModelLoadS, 100*rep.GPUIdle,
 			map[bool]string{true: ", sampled while the previous iteration trained", false: ""}[rep.Overlapped])
+		if rep.Eval != nil {
+			fmt.Fprintf(l.out, "  held-out eval %s (%s): success %.1f%% of %d (%.1fs)\n", rep.Eval.RunID, rep.Eval.Model,
+				100*rep.Eval.SuccessRate, rep.Eval.Scored, rep.EvalS)
+		}
 		if err := WriteProgress(l.cfg.WorkDir); err != nil { // a chart is not worth stopping the training for
 			l.log.Warn("progress report", "err", err)
 		}
@@ -294,11 +312,54 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 	if total := rep.SamplingS + rep.WaitingS + rep.TrainingS + rep.LoadingS; total > 0 {
 		rep.GPUIdle = 1 - (rep.TrainingS-rep.ModelLoadS)/total
 	}
+	if e := c.Eval; e != nil && (it+1)%e.Every == 0 {
+		t4 := time.Now()
+		ev, err := l.evaluate(ctx, it, rep.Adapter, v+1)
+		if err != nil {
+			return rep, s, err
+		}
+		rep.Eval, rep.EvalS = &ev, time.Since(t4).Seconds()
+	}
 	if err := writeJSON(filepath.Join(dir, "report.json"), rep); err != nil {
 		return rep, s, err
 	}
 	l.log.Info("iteration done", "iteration", it, "version", v+1, "reward", rep.MeanReward, "success", rep.SuccessRate)
 	return rep, State{Iteration: it + 1, Version: v + 1, Adapter: rep.Adapter, AdapterPath: adapterPath, UpdatedAt: time.Now().UTC()}, nil
+}
+
+// evaluate runs the held-out evaluation of model (version v) after
+// iteration it and returns its success rate (infra failures excluded). The
+// run id is deterministic, so a resumed iteration evaluates once.
+func (l *Loop) evaluate(ctx context.Context, it int, model string, v int) (EvalResult, error) {
+	c, e := l.cfg, l.cfg.Eval
+	runID := fmt.Sprintf("%s-ev%04d", c.RunPrefix, it)
+	spec := schemas.RunSpec{RunID: runID, Datasets: e.Datasets, Split: e.Split, TaskIDs: e.TaskIDs, Limit: e.Limit,
+		Samples: e.Samples, Options: *c.Episode, MaxInFlight: c.MaxInFlight,
+		Policy: schemas.PolicySpec{Name: schemas.PolicyOpenAI, Model: model, BaseURL: c.Serving.BaseURL,
+			APIKeyEnv: c.Serving.APIKeyEnv, Temperature: e.Temperature, Seed: c.Seed, MaxTokens: c.Serving.MaxTokens, Version: v},
+		SubmittedAt: time.Now().UTC()}
+	if err := l.conn.Publish(ctx, schemas.RunSubmitted.For(runID), schemas.MsgID("run", runID), spec); err != nil {
+		return EvalResult{}, err
+	}
+	scores, err := l.waitScores(ctx, runID, len(e.TaskIDs)*e.Samples)
+	if err != nil {
+		return EvalResult{}, fmt.Errorf("evaluation: %w", err)
+	}
+	r := EvalResult{RunID: runID, Model: model, Episodes: len(scores)}
+	ok := 0
+	for _, sc := range scores {
+		if train.Infra(string(sc.Outcome)) {
+			continue
+		}
+		r.Scored++
+		if sc.Outcome == schemas.OutcomeCorrect {
+			ok++
+		}
+	}
+	if r.Scored > 0 {
+		r.SuccessRate = float64(ok) / float64(r.Scored)
+	}
+	return r, nil
 }
 
 // spec is the run of iteration it, sampled from model at version v.
@@ -342,6 +403,7 @@ func (l *Loop) waitScores(ctx context.Context, runID string, total int) (map[str
 		return nil, fmt.Errorf("runs bucket: %w", err)
 	}
 	scores := map[string]schemas.Score{}
+	known := total > 0
 	for total == 0 || len(scores) < total {
 		msg, err := cons.Next(jetstream.FetchMaxWait(time.Second))
 		switch {
@@ -366,7 +428,7 @@ func (l *Loop) waitScores(ctx context.Context, runID string, total int) (map[str
 			}
 			scores[sc.EpisodeID] = sc
 		}
-		if len(l.cfg.TaskIDs) == 0 {
+		if !known {
 			if e, err := kv.Get(ctx, runID); err == nil {
 				var rs schemas.RunStatus
 				if json.Unmarshal(e.Value(), &rs) == nil {

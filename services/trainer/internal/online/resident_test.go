@@ -51,7 +51,8 @@ func TestOnlineLoopResidentOverlap(t *testing.T) {
 		Train: online.TrainCommand{Resident: []string{"/bin/sh", "-c",
 			fmt.Sprintf(`echo $$ >> %s; exec %s %s --backend tiny "$@"`, pidFile, py, script), "sh"},
 			Recipe: worker.Recipe{Steps: &steps}},
-		Stale: online.Staleness{Replay: 0, MaxLag: 1}, Overlap: true, WaitTimeout: online.Duration(2 * time.Minute)}
+		Stale: online.Staleness{Replay: 0, MaxLag: 1}, Overlap: true, WaitTimeout: online.Duration(2 * time.Minute),
+		Eval: &online.Eval{Every: 2, TaskIDs: env.TaskIDs()[:2]}}
 	seed := int64(0)
 	cfg.Seed = &seed
 	st, err := store.Open(ctx, env.Store, store.Options{})
@@ -122,8 +123,18 @@ func TestOnlineLoopResidentOverlap(t *testing.T) {
 	if got := env.Model.Loads(); !slices.Equal(got, []string{"res-v1", "res-v2", "res-v3"}) {
 		t.Fatalf("adapter loads %v", got)
 	}
+	// The held-out evaluation runs every 2 iterations: after iteration 1,
+	// with the adapter it produced, on the evaluation tasks.
+	if reps[0].Eval != nil || reps[2].Eval != nil || reps[1].Eval == nil || reps[1].Eval.Episodes != 2 || reps[1].Eval.Model != "res-v2" {
+		t.Fatalf("evaluations %+v / %+v / %+v", reps[0].Eval, reps[1].Eval, reps[2].Eval)
+	}
+	evRows, err := st.ReadRun(ctx, "res-ev0001")
+	if err != nil || len(evRows) != 2 || evRows[0].Model != "res-v2" || evRows[0].PolicyVersion != 2 {
+		t.Fatalf("evaluation rows %d, %v", len(evRows), err)
+	}
 	md, err := os.ReadFile(filepath.Join(work, online.ProgressMarkdown))
-	if err != nil || !strings.Contains(string(md), "GPU idle") || !strings.Contains(out.String(), "model load") {
+	if err != nil || !strings.Contains(string(md), "GPU idle") || !strings.Contains(string(md), "held-out success") ||
+		!strings.Contains(out.String(), "model load") || !strings.Contains(out.String(), "held-out eval res-ev0001") {
 		t.Fatalf("progress:\n%s\n%s", md, out.String())
 	}
 }
