@@ -8,7 +8,7 @@ import (
 )
 
 // Version of the wire contract. Bump the minor on additive changes.
-const Version = "1.1"
+const Version = "1.2"
 
 // AnswerType says how a task's answer is checked.
 type AnswerType string
@@ -45,11 +45,25 @@ const (
 	OutcomeTurnLimit    Outcome = "turn_limit"
 	OutcomeSandboxError Outcome = "sandbox_error"
 	OutcomeInfraFailure Outcome = "infra_failure"
+	// OutcomeAbstainedCorrectly and OutcomeAbstainedWrongly (since 1.2) end
+	// an episode of a task that offers abstention (its ground truth says so) in
+	// which the agent abstained with AbstainAnswer: correctly when the task
+	// is unanswerable, wrongly when it has an answer. Readers of older rows
+	// never meet them; every older outcome keeps its meaning.
+	OutcomeAbstainedCorrectly Outcome = "abstained_correctly"
+	OutcomeAbstainedWrongly   Outcome = "abstained_wrongly"
 )
+
+// AbstainAnswer is the reserved answer that abstains on a task that offers
+// abstention (EHRSQL 2024's convention): the answer action with it, or, in
+// upstream-compatible runs that have no answer action, a checked code run
+// whose last printed line is it.
+const AbstainAnswer = "null"
 
 // Outcomes lists every outcome, for validation and reports.
 var Outcomes = []Outcome{OutcomeCorrect, OutcomeIncorrect, OutcomeFormatError, OutcomeTimeout,
-	OutcomeLoop, OutcomeTurnLimit, OutcomeSandboxError, OutcomeInfraFailure}
+	OutcomeLoop, OutcomeTurnLimit, OutcomeSandboxError, OutcomeInfraFailure,
+	OutcomeAbstainedCorrectly, OutcomeAbstainedWrongly}
 
 // Valid reports whether o is a known outcome.
 func (o Outcome) Valid() bool {
@@ -59,6 +73,27 @@ func (o Outcome) Valid() bool {
 		}
 	}
 	return false
+}
+
+// Solved reports whether o is the task's correct outcome: a correct answer,
+// or an abstention on a question the data cannot answer.
+func (o Outcome) Solved() bool { return o == OutcomeCorrect || o == OutcomeAbstainedCorrectly }
+
+// Reliability is the episode's score in EHRSQL 2024's reliability score
+// (Lee et al. 2024) before the penalty: +1 when solved, 0 for an abstention
+// on an answerable question, −1 for anything else (a wrong answer, an
+// answer to an unanswerable question, no answer). RS(c) is the mean with
+// each −1 multiplied by c. InfraFailure has no score (ok is false).
+func (o Outcome) Reliability() (score int, ok bool) {
+	switch {
+	case o == OutcomeInfraFailure:
+		return 0, false
+	case o.Solved():
+		return 1, true
+	case o == OutcomeAbstainedWrongly:
+		return 0, true
+	}
+	return -1, true
 }
 
 // Termination says why the llm-worker ended an episode; the verifier turns

@@ -584,13 +584,14 @@ func ehrTask(dataset, qtag, question, query string, res ehrResult) (t Task, fals
 		values[i] = ehrValueText(r[0])
 	}
 	typ := schemas.AnswerList
-	if len(res.rows) == 1 && scalarSQL.MatchString(query) {
+	lq := strings.ToLower(query)
+	if len(res.rows) == 1 && scalarSQL.MatchString(lq) {
 		switch v := res.rows[0][0].(type) {
 		case int64:
 			switch {
-			case yesNoQ.MatchString(question) && (v == 0 || v == 1):
+			case yesNoQ.MatchString(strings.ToLower(question)) && (v == 0 || v == 1):
 				typ = schemas.AnswerBoolean
-			case strings.HasPrefix(query, "select count("):
+			case strings.HasPrefix(lq, "select count("):
 				typ = schemas.AnswerInteger
 			default:
 				typ = schemas.AnswerNumber

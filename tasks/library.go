@@ -29,6 +29,7 @@ var generators = map[string]Generator{
 	"npowerai":  generateNPowerAI,
 
 	ClinicalMLDataset: generateClinicalML,
+	EHRSQL2024Dataset: generateEHRSQL2024,
 }
 
 // ErrNoLibrary says the task library has not been generated.

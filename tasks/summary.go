@@ -18,6 +18,9 @@ type GroupSummary struct {
 	Count       int                        `json:"count"`
 	Categories  map[string]int             `json:"categories"`
 	AnswerTypes map[schemas.AnswerType]int `json:"answer_types"`
+	// Unanswerable counts the tasks whose correct outcome is an
+	// abstention (EHRSQL 2024).
+	Unanswerable int `json:"unanswerable,omitempty"`
 }
 
 // Summarize counts ts per dataset and split; groups are sorted by dataset,
@@ -36,6 +39,9 @@ func Summarize(ts []Task) Summary {
 		g.Count++
 		g.Categories[t.View.Category]++
 		g.AnswerTypes[t.View.AnswerType]++
+		if t.Truth.Unanswerable {
+			g.Unanswerable++
+		}
 	}
 	s := Summary{Groups: make([]GroupSummary, 0, len(groups))}
 	for _, g := range groups {

@@ -25,6 +25,13 @@ type Truth struct {
 	Ordered bool `json:"ordered,omitempty"`
 	// Values holds list answers (AnswerList) or upstream's gold list.
 	Values []string `json:"values,omitempty"`
+	// Abstention says the task offers abstention: an answer equal to
+	// schemas.AbstainAnswer is an abstention, scored abstained_correctly
+	// when Unanswerable, abstained_wrongly otherwise (EHRSQL 2024).
+	Abstention bool `json:"abstention,omitempty"`
+	// Unanswerable says the data cannot answer the question: the only
+	// correct outcome is an abstention.
+	Unanswerable bool `json:"unanswerable,omitempty"`
 	// Extra carries dataset-specific fields used by upstream-compat rules.
 	Extra map[string]string `json:"extra,omitempty"`
 }
@@ -67,6 +74,8 @@ var loaders = map[string]Loader{
 	"treqs":        loadLibrary,
 	"biostat":      loadLibrary,
 	"npowerai":     loadLibrary,
+
+	EHRSQL2024Dataset: loadLibrary,
 
 	ClinicalMLDataset: loadLibrary,
 }

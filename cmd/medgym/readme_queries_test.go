@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
 	"github.com/medgym/medgym/services/llm-worker/fakellm"
 	"github.com/medgym/medgym/store/query"
@@ -69,15 +70,16 @@ func num(t *testing.T, v any) float64 {
 	return 0
 }
 
-// TestREADMEQueries runs the README's three queries (success rate by
-// dataset and model, Pass@K per task, turn-count distribution) over a
+// TestREADMEQueries runs the README's four queries (success rate by
+// dataset and model, Pass@K per task, turn-count distribution, EHRSQL
+// 2024's reliability score) over a
 // store holding two real runs, one with the reference policy and one with
 // a fake model that is right half the time over three samples, and checks
 // every number against the rows.
 func TestREADMEQueries(t *testing.T) {
 	qs := readmeQueries(t)
-	if len(qs) != 3 {
-		t.Fatalf("README's query section has %d SQL blocks, want 3", len(qs))
+	if len(qs) != 4 {
+		t.Fatalf("README's query section has %d SQL blocks, want 4", len(qs))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -248,6 +250,48 @@ func TestREADMEQueries(t *testing.T) {
 		}
 		if total != float64(len(rows)) {
 			t.Fatalf("distribution covers %v episodes, want %d", total, len(rows))
+		}
+	})
+
+	t.Run("reliability score", func(t *testing.T) {
+		type key struct{ run, dataset string }
+		type agg struct{ n, plus, minus float64 }
+		want := map[key]*agg{}
+		for _, r := range scored {
+			k := key{r.RunID, r.Dataset}
+			if want[k] == nil {
+				want[k] = &agg{}
+			}
+			want[k].n++
+			sc, _ := schemas.Outcome(r.Outcome).Reliability()
+			switch sc {
+			case 1:
+				want[k].plus++
+			case -1:
+				want[k].minus++
+			}
+		}
+		cols, res := run(t, qs[3])
+		if strings.Join(cols, ",") != "run_id,dataset,n,success_rate,rs_0,rs_5,rs_10,rs_n" {
+			t.Fatalf("columns %v", cols)
+		}
+		if len(res) != len(want) || len(res) != 2 {
+			t.Fatalf("%d groups, want %d (two runs)", len(res), len(want))
+		}
+		for _, r := range res {
+			k := key{fmt.Sprint(r[0]), fmt.Sprint(r[1])}
+			w := want[k]
+			if w == nil {
+				t.Fatalf("unexpected group %v", k)
+			}
+			near(t, fmt.Sprint(k, " n"), r[2], w.n, 0)
+			near(t, fmt.Sprint(k, " success_rate"), r[3], w.plus/w.n, 1e-9)
+			for i, c := range []float64{0, 5, 10, w.n} {
+				near(t, fmt.Sprint(k, " rs ", c), r[4+i], (w.plus-c*w.minus)/w.n, 1e-9)
+			}
+		}
+		if w := want[key{"q-fake", "medcalcbench"}]; w == nil || w.minus == 0 {
+			t.Logf("weak fixture: no wrong answers to penalise in %+v", w)
 		}
 	})
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/medgym/medgym/cmd/medgym/internal/report"
 	"github.com/medgym/medgym/schemas/parquet"
 	"github.com/medgym/medgym/store"
+	"github.com/medgym/medgym/tasks"
 )
 
 // cmdReport writes the Markdown report and SVG charts of one stored run.
@@ -55,7 +56,7 @@ func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(rows) == 0 {
 		return fmt.Errorf("report: store %s holds no episodes of run %s", st, *runID)
 	}
-	opt := report.Options{PriceIn: *priceIn, PriceOut: *priceOut}
+	opt := report.Options{PriceIn: *priceIn, PriceOut: *priceOut, Abstention: []string{tasks.EHRSQL2024Dataset}}
 	if *scoresPath != "" {
 		if opt.Scores, opt.Verifier, err = readScores(*scoresPath, *runID); err != nil {
 			return err

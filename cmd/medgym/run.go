@@ -211,7 +211,19 @@ func (r runResult) successRate() float64 {
 	if n <= 0 {
 		return 0
 	}
-	return float64(r.Outcomes[schemas.OutcomeCorrect]) / float64(n)
+	return float64(solved(r.Outcomes)) / float64(n)
+}
+
+// solved counts the episodes that reached their task's correct outcome
+// (a correct answer or a correct abstention).
+func solved(outcomes map[schemas.Outcome]int) int {
+	n := 0
+	for o, c := range outcomes {
+		if o.Solved() {
+			n += c
+		}
+	}
+	return n
 }
 
 func printSummary(w io.Writer, r runResult) {
@@ -518,7 +530,7 @@ func progress(w io.Writer, st schemas.RunStatus, done int, outcomes map[schemas.
 	scored := done - outcomes[schemas.OutcomeInfraFailure]
 	rate := 0.0
 	if scored > 0 {
-		rate = 100 * float64(outcomes[schemas.OutcomeCorrect]) / float64(scored)
+		rate = 100 * float64(solved(outcomes)) / float64(scored)
 	}
 	perMin := float64(done) / el.Minutes()
 	eta := "?"

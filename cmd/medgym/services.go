@@ -34,6 +34,7 @@ type serviceFlags struct {
 	sandboxConcurrency  int
 	llmConcurrency      int
 	verifierConcurrency int
+	wrongAnswerPenalty  float64
 	llmTimeout          time.Duration
 	llmRetries          int
 	llmNoTemperature    bool
@@ -64,6 +65,7 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.sandboxConcurrency, "sandbox-concurrency", 2, "actions run at once by the sandbox worker")
 	fs.IntVar(&f.llmConcurrency, "llm-concurrency", 32, "episode steps run at once by the llm-worker")
 	fs.IntVar(&f.verifierConcurrency, "verifier-concurrency", 32, "episodes scored and stored at once (also the rows per Parquet file)")
+	fs.Float64Var(&f.wrongAnswerPenalty, "wrong-answer-penalty", 0, "reward −c for a wrong answer or no answer on tasks that offer abstention (EHRSQL 2024's c; mean reward = RS(c)); 0 = off")
 	fs.DurationVar(&f.llmTimeout, "llm-timeout", 5*time.Minute, "timeout of one model request")
 	fs.IntVar(&f.llmRetries, "llm-retries", 4, "retries of a failing model request (429, 5xx, timeouts)")
 	fs.BoolVar(&f.llmNoTemperature, "no-temperature", false, "omit temperature/top_p (models that refuse them, e.g. OpenAI o-series)")
@@ -164,7 +166,7 @@ func startServices(ctx context.Context, conn *bus.Conn, f *serviceFlags, llmURL 
 	goService("verifier", func() error {
 		return verifier.Run(ctx, conn, verifier.Config{Metrics: metrics,
 			DataRoot: f.data, TasksDir: f.tasksDir, LibraryDir: f.library, Store: f.store, StoreOptions: f.storeOptions(),
-			Concurrency: f.verifierConcurrency,
+			Concurrency: f.verifierConcurrency, WrongAnswerPenalty: f.wrongAnswerPenalty,
 		}, log.With("service", "verifier"))
 	})
 	return func() error {

@@ -14,6 +14,7 @@ import (
 	"github.com/medgym/medgym/schemas"
 	sandboxworker "github.com/medgym/medgym/services/sandbox-worker/service"
 	"github.com/medgym/medgym/tasks"
+	"github.com/medgym/medgym/tasks/meds"
 )
 
 func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -99,7 +100,11 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}()
 		total := 0
 		for _, g := range sum.Groups {
-			fmt.Fprintf(stdout, "%-14s %-6s %6d tasks  %4d categories  answer types %v\n", g.Dataset, g.Split, g.Count, len(g.Categories), g.AnswerTypes)
+			fmt.Fprintf(stdout, "%-14s %-6s %6d tasks  %4d categories  answer types %v", g.Dataset, g.Split, g.Count, len(g.Categories), g.AnswerTypes)
+			if g.Unanswerable > 0 {
+				fmt.Fprintf(stdout, "  %d unanswerable (abstention is correct)", g.Unanswerable)
+			}
+			fmt.Fprintln(stdout)
 			total += g.Count
 		}
 		fmt.Fprintf(stdout, "total %d tasks\n", total)
@@ -281,10 +286,10 @@ func cmdTasksVerify(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	pass := res.Outcomes[schemas.OutcomeCorrect]
+	pass := solved(res.Outcomes)
 	fmt.Fprintf(stdout, "tasks verify %s: %d passed, %d failed (run %s)\n", strings.Join(spec.Datasets, ","), pass, res.Total-pass, res.RunID)
 	if pass != res.Total {
-		return fmt.Errorf("%d reference solutions failed; inspect with: medgym query --store %s \"SELECT task_id, outcome, error FROM trajectories WHERE run_id='%s' AND outcome<>'correct'\"", res.Total-pass, f.store, res.RunID)
+		return fmt.Errorf("%d reference solutions failed; inspect with: medgym query --store %s \"SELECT task_id, outcome, error FROM trajectories WHERE run_id='%s' AND outcome NOT IN ('correct','abstained_correctly')\"", res.Total-pass, f.store, res.RunID)
 	}
 	return nil
 }
@@ -300,6 +305,7 @@ func cmdTasksGenerate(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	tasks.SetMEDSReader(meds.Read)
 	if err := tasks.Generate(ctx, *data, *library, splitList(*datasets)); err != nil {
 		return err
 	}

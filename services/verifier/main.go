@@ -39,6 +39,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	insecure := fs.Bool("s3-insecure", false, "plain HTTP to the S3 endpoint")
 	conc := fs.Int("concurrency", 32, "episodes scored and stored at once (rows per Parquet file at most)")
 	formatReward := fs.Float64("format-reward", 0, "reward added when every turn parsed (paper's GRPO setup); 0 = off")
+	penalty := fs.Float64("wrong-answer-penalty", 0, "EHRSQL 2024's c on tasks that offer abstention: reward −c for a wrong answer or no answer, 1 for a right answer or a right abstention, 0 for a wrong abstention; 0 = off")
 	gradedML := fs.Bool("graded-ml", false, "reward predictions tasks with their accuracy instead of 1/0 (upstream's EHRSHOT style)")
 	library := fs.String("library", envOr(getenv, "MEDGYM_LIBRARY", "build/library"), "generated task library (env MEDGYM_LIBRARY)")
 	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", ":9104"), "address of /metrics and /healthz (empty: off)")
@@ -57,6 +58,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		DataRoot: *data, TasksDir: *tasksDir, LibraryDir: *library, Store: *storeURL,
 		StoreOptions: store.Options{Endpoint: *endpoint, UseSSL: !*insecure},
 		Concurrency:  *conc, FormatReward: *formatReward, GradedML: *gradedML,
+		WrongAnswerPenalty: *penalty,
 	}, log)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,11 +37,17 @@ type Config struct {
 	FormatReward float64
 	// GradedML rewards predictions tasks with their accuracy (verify.Options).
 	GradedML bool
-	AckWait  time.Duration
+	// WrongAnswerPenalty is the reward penalty on tasks that offer
+	// abstention (verify.Options).
+	WrongAnswerPenalty float64
+	AckWait            time.Duration
 }
 
 // Run serves until ctx is done.
 func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) error {
+	if p := cfg.WrongAnswerPenalty; p < 0 || math.IsNaN(p) || math.IsInf(p, 0) {
+		return fmt.Errorf("verifier: wrong-answer penalty %v: want a finite number ≥ 0 (it is subtracted)", p)
+	}
 	if cfg.Concurrency < 1 {
 		cfg.Concurrency = 32
 	}
@@ -148,7 +155,8 @@ func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
 		res.Error = joinErr(res.Error, "ground truth: "+err.Error())
 	} else {
 		var verdict string
-		sc.Outcome, sc.Reward, verdict = verify.Score(verify.Options{Mode: mode, FormatReward: v.cfg.FormatReward, GradedML: v.cfg.GradedML}, truth, res)
+		sc.Outcome, sc.Reward, verdict = verify.Score(verify.Options{Mode: mode, FormatReward: v.cfg.FormatReward, GradedML: v.cfg.GradedML,
+			WrongAnswerPenalty: v.cfg.WrongAnswerPenalty}, truth, res)
 		if sc.Outcome != schemas.OutcomeCorrect && verdict != "" {
 			res.Error = joinErr(res.Error, verdict)
 		}

@@ -45,6 +45,9 @@ type Options struct {
 	// FormatReward is the verifier's format reward (0: off, the default of
 	// the services).
 	FormatReward float64
+	// WrongAnswerPenalty is the verifier's wrong-answer penalty on tasks
+	// that offer abstention (0: off, the default of the services).
+	WrongAnswerPenalty float64
 	// Episode options of the run (from its manifest); nil: the defaults.
 	// They say which actions were checked, the action timeout and the loop
 	// guard.
@@ -226,7 +229,7 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 	}
 
 	res := episodeResult(row, task.View, eo, mode, turns)
-	outcome, reward, verdict := verifier.Score(mode, opt.FormatReward, task.Truth, res)
+	outcome, reward, verdict := verifier.Score(mode, verifier.Rewards{Format: opt.FormatReward, WrongAnswerPenalty: opt.WrongAnswerPenalty}, task.Truth, res)
 	ep.Verdict = verdict
 	if string(outcome) != row.Outcome {
 		change(-1, "outcome", row.Outcome, string(outcome))

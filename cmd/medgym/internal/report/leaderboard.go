@@ -66,7 +66,7 @@ func Leaderboard(rows []parquet.Row, ood []string) Board {
 		}
 		a.runs[r.RunID] = true
 		a.scored[r.Dataset]++
-		if r.Outcome == string(schemas.OutcomeCorrect) {
+		if schemas.Outcome(r.Outcome).Solved() {
 			a.right[r.Dataset]++
 		}
 		datasets[r.Dataset] = true

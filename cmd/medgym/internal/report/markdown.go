@@ -112,6 +112,22 @@ func Markdown(r Report) []byte {
 	groupTable(&b, "category", r.ByCategory)
 	p("\n![success rate per category](%s)\n\n", FileSuccessCategory)
 
+	if len(r.Reliability) > 0 {
+		p("## Reliability score (EHRSQL 2024)\n\n")
+		p("For the datasets that offer abstention: +1 for a correct answer or a correct abstention, 0 for an abstention on ")
+		p("an answerable question, −1 × c for anything else (a wrong answer, an answer to an unanswerable question, no answer); ")
+		p("RS(c) is the mean over the scored episodes, N their number (Lee et al. 2024).\n\n")
+		p("| dataset | scored | +1 | 0 | −1 | success | RS(0) | RS(5) | RS(10) | RS(N) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, x := range r.Reliability {
+			p("| %s | %d | %d | %d | %d | %s |", x.Dataset, x.Scored, x.Solved, x.Abstained, x.Wrong, Percent(ratio(x.Solved, x.Scored)))
+			for _, c := range RSPenalties {
+				p(" %.3f |", x.RS(c))
+			}
+			p(" %.3f |\n", x.RS(float64(x.Scored)))
+		}
+		p("\n")
+	}
+
 	p("## Pass@k and Best@k\n\n")
 	p("Pass@k: the unbiased estimator 1 − C(n−c,k)/C(n,k) per task (n scored samples, c correct), averaged over the tasks with n ≥ k. ")
 	if r.Verifier != "" {

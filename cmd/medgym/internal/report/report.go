@@ -23,6 +23,15 @@
 //     "accepted" termination comes from the ground-truth check, so this
 //     pick uses the answer key and Oracle@k ≈ Pass@k; it is reported as an
 //     upper bound, named for what it is.
+//   - "correct" counts the episodes that reached the task's correct outcome
+//     (schemas.Outcome.Solved): a correct answer, or on a task that offers
+//     abstention (EHRSQL 2024) a correct abstention;
+//   - the reliability score RS(c) of EHRSQL 2024 (Lee et al. 2024) is the
+//     mean per-episode score over the scored episodes of a dataset: +1
+//     solved, 0 abstained on an answerable question, −1 × c anything else;
+//     c = N is the number of scored episodes. It is reported for the
+//     datasets that offer abstention (Options.Abstention) and for any
+//     dataset whose rows hold an abstention outcome.
 package report
 
 import (
@@ -43,7 +52,31 @@ type Options struct {
 	// the report has Best@k.
 	Scores   map[string]float64
 	Verifier string
+	// Abstention lists the datasets that offer abstention, whose
+	// reliability score is reported even if no episode abstained.
+	Abstention []string
 }
+
+// Reliability is EHRSQL 2024's reliability score of one dataset.
+type Reliability struct {
+	Dataset string
+	// Scored episodes (infra failures excluded); Solved (+1), Abstained on
+	// an answerable question (0) and Wrong (−1: wrong answers, answers to
+	// unanswerable questions, no answer).
+	Scored, Solved, Abstained, Wrong int
+}
+
+// RS is the reliability score with penalty c: (Solved − c·Wrong)/Scored.
+func (r Reliability) RS(c float64) float64 {
+	if r.Scored == 0 {
+		return 0
+	}
+	return (float64(r.Solved) - c*float64(r.Wrong)) / float64(r.Scored)
+}
+
+// RSPenalties are the fixed penalties reported, as EHRSQL 2024 does; the
+// report adds c = N (the number of scored episodes).
+var RSPenalties = []float64{0, 5, 10}
 
 // Group is the success rate of one dataset or category.
 type Group struct {
@@ -93,6 +126,8 @@ type Report struct {
 	Turns    []Count // Name is the turn count
 	Actions  []Count
 	Tokens   Tokens
+	// Reliability holds one entry per dataset that offers abstention.
+	Reliability []Reliability
 }
 
 // Tokens is token usage and cost.
@@ -128,10 +163,37 @@ func Build(runID string, rows []parquet.Row, opt Options) Report {
 	actions := map[string]int{}
 	type taskKey struct{ ds, split, id string }
 	samples := map[taskKey][]parquet.Row{}
+	rels := map[string]*Reliability{}
+	relOf := func(ds string) *Reliability {
+		if rels[ds] == nil {
+			rels[ds] = &Reliability{Dataset: ds}
+		}
+		return rels[ds]
+	}
+	abstaining := map[string]bool{}
+	for _, ds := range opt.Abstention {
+		abstaining[ds] = true
+	}
 	for _, row := range rows {
 		outcomes[row.Outcome]++
 		infra := row.Outcome == string(schemas.OutcomeInfraFailure)
-		correct := row.Outcome == string(schemas.OutcomeCorrect)
+		correct := schemas.Outcome(row.Outcome).Solved()
+		if sc, ok := schemas.Outcome(row.Outcome).Reliability(); ok {
+			rel := relOf(row.Dataset)
+			rel.Scored++
+			switch sc {
+			case 1:
+				rel.Solved++
+			case 0:
+				rel.Abstained++
+				abstaining[row.Dataset] = true
+			default:
+				rel.Wrong++
+			}
+		}
+		if row.Outcome == string(schemas.OutcomeAbstainedCorrectly) {
+			abstaining[row.Dataset] = true
+		}
 		for _, g := range []*Group{group(byDS, row.Dataset), group(byCat, row.Dataset+"/"+row.Category)} {
 			g.Episodes++
 			if !infra {
@@ -167,6 +229,11 @@ func Build(runID string, rows []parquet.Row, opt Options) Report {
 		r.Outcomes = append(r.Outcomes, Count{name, outcomes[name]})
 	}
 	r.ByDataset, r.ByCategory = groups(byDS), groups(byCat)
+	for _, ds := range sortedKeys(rels) {
+		if abstaining[ds] {
+			r.Reliability = append(r.Reliability, *rels[ds])
+		}
+	}
 	for _, n := range sortedKeys(turns) {
 		r.Turns = append(r.Turns, Count{fmt.Sprint(n), turns[n]})
 	}
@@ -190,15 +257,15 @@ func Build(runID string, rows []parquet.Row, opt Options) Report {
 			a.Tasks++
 			c := 0
 			for _, row := range s {
-				if row.Outcome == string(schemas.OutcomeCorrect) {
+				if schemas.Outcome(row.Outcome).Solved() {
 					c++
 				}
 			}
 			a.Pass += PassAtK(len(s), c, k)
-			if Select(s[:k]).Outcome == string(schemas.OutcomeCorrect) {
+			if schemas.Outcome(Select(s[:k]).Outcome).Solved() {
 				a.Oracle++
 			}
-			if opt.Scores != nil && SelectByScore(s[:k], opt.Scores).Outcome == string(schemas.OutcomeCorrect) {
+			if opt.Scores != nil && schemas.Outcome(SelectByScore(s[:k], opt.Scores).Outcome).Solved() {
 				a.Best++
 			}
 		}

@@ -146,3 +146,54 @@ func TestLeaderboard(t *testing.T) {
 		t.Fatalf("csv %v:\n%s", err, c)
 	}
 }
+
+// The reliability score of EHRSQL 2024: 10 scored episodes of ehrsql2024
+// (4 correct answers, 2 correct abstentions, 1 wrong abstention, 2 wrong
+// answers, 1 turn limit) plus one infra failure, next to a dataset without
+// abstention that is left out of the section.
+func TestBuildReliabilityScore(t *testing.T) {
+	var rows []parquet.Row
+	add := func(ds, outcome string, n int) {
+		for range n {
+			rows = append(rows, parquet.Row{EpisodeID: ds + outcome + string(rune('a'+len(rows))), TaskID: "t" + string(rune('a'+len(rows))),
+				Dataset: ds, Outcome: outcome, Termination: "answered", NumTurns: 1})
+		}
+	}
+	add("ehrsql2024", "correct", 4)
+	add("ehrsql2024", "abstained_correctly", 2)
+	add("ehrsql2024", "abstained_wrongly", 1)
+	add("ehrsql2024", "incorrect", 2)
+	add("ehrsql2024", "turn_limit", 1)
+	add("ehrsql2024", "infra_failure", 1)
+	add("medcalcbench", "incorrect", 3)
+	r := Build("x", rows, Options{Abstention: []string{"ehrsql2024"}})
+	if len(r.Reliability) != 1 {
+		t.Fatalf("reliability rows %+v, want ehrsql2024 only", r.Reliability)
+	}
+	x := r.Reliability[0]
+	if x.Scored != 10 || x.Solved != 6 || x.Abstained != 1 || x.Wrong != 3 {
+		t.Fatalf("reliability %+v", x)
+	}
+	for c, want := range map[float64]float64{0: 0.6, 5: (6 - 15) / 10.0, 10: (6 - 30) / 10.0} {
+		if got := x.RS(c); math.Abs(got-want) > 1e-12 {
+			t.Errorf("RS(%v) = %v, want %v", c, got, want)
+		}
+	}
+	if got := x.RS(float64(x.Scored)); math.Abs(got-(6-30)/10.0) > 1e-12 {
+		t.Errorf("RS(N) = %v", got)
+	}
+	if g := r.ByDataset[0]; g.Name != "ehrsql2024" || g.Correct != 6 || g.Rate() != 0.6 {
+		t.Fatalf("success counts correct abstentions: %+v", g)
+	}
+	md := string(Markdown(r))
+	if !strings.Contains(md, "| ehrsql2024 | 10 | 6 | 1 | 3 | 60.0% | 0.600 | -0.900 | -2.400 | -2.400 |") {
+		t.Fatalf("report table missing or wrong:\n%s", md)
+	}
+	// Without the option, a dataset shows up once it has an abstention.
+	if r := Build("x", rows, Options{}); len(r.Reliability) != 1 {
+		t.Fatalf("reliability rows %+v without the option", r.Reliability)
+	}
+	if r := Build("x", rows[len(rows)-3:], Options{}); len(r.Reliability) != 0 {
+		t.Fatalf("a dataset without abstention got a reliability row: %+v", r.Reliability)
+	}
+}

@@ -227,7 +227,7 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 		}
 		scored++
 		rep.MeanReward += sc.Reward
-		if sc.Outcome == schemas.OutcomeCorrect {
+		if sc.Outcome.Solved() {
 			ok++
 		}
 	}

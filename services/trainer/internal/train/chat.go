@@ -43,8 +43,9 @@ type Step struct {
 	Observations []Message
 }
 
-// Success reports whether the verifier accepted the episode.
-func (e *Episode) Success() bool { return e.Row.Outcome == string(schemas.OutcomeCorrect) }
+// Success reports whether the episode reached the task's correct outcome
+// (a correct answer, or a correct abstention).
+func (e *Episode) Success() bool { return schemas.Outcome(e.Row.Outcome).Solved() }
 
 // TaskKey identifies a task: DPO pairs and GRPO groups never cross it.
 func (e *Episode) TaskKey() string { return TaskKey(e.Row) }

@@ -13,8 +13,9 @@ import (
 const maxAnswerBytes = 4096
 
 // CheckOutput checks one code execution's output (upstream's per-step
-// validate): whether it is accepted, the answer it was read as, and a
-// verdict fit for the agent (AgentVerdict: it never holds the gold value,
+// validate): whether it is accepted (correct, or on a task that offers
+// abstention an abstention, which is final), the answer it was read as, and
+// a verdict fit for the agent (AgentVerdict: it never holds the gold value,
 // since show_verdict feeds it back to the model). A sandbox failure or a
 // non-execution action (status sandbox_error or info) is never accepted, in
 // any mode.
@@ -56,7 +57,7 @@ func checkOutput(mode Mode, dataset string, truth tasks.Truth, res schemas.ExecR
 	case Upstream:
 		msg, success := envMessage(res)
 		name, rule := lookupRule(dataset, truth)
-		if rule == nil {
+		if rule == nil || truth.Abstention { // MedAgentGym has no abstention: strict rules
 			answer, ok, c.Verdict = strictOutput(truth, res)
 			c.Verdict = fmt.Sprintf("no upstream rule for %q, strict rules used; %s", name, c.Verdict)
 			break
@@ -93,7 +94,7 @@ func CheckAnswer(mode Mode, dataset string, truth tasks.Truth, answer string) sc
 		got, ok, c.Verdict = strictText(truth, answer, "the answer")
 	case Upstream:
 		name, rule := lookupRule(dataset, truth)
-		if rule == nil {
+		if rule == nil || truth.Abstention { // MedAgentGym has no abstention: strict rules
 			got, ok, c.Verdict = strictText(truth, answer, "the answer")
 			c.Verdict = fmt.Sprintf("no upstream rule for %q, strict rules used; %s", name, c.Verdict)
 			break

@@ -70,6 +70,21 @@
 //     missing, failed, or empty (a silent reference cannot tell a right
 //     function from a silent one), nor from an answer text.
 //
+// # Abstention (tasks that offer it: tasks.Truth.Abstention, EHRSQL 2024)
+//
+// The reserved answer schemas.AbstainAnswer ("null", any case, quotes
+// allowed) abstains, in both modes and however it arrives: as the answer
+// action's text, or as the last line printed by a checked code run (the
+// only way in upstream-compatible runs, which have no answer action; a
+// crashed run does not abstain in strict mode). On an unanswerable task
+// (Truth.Unanswerable) an abstention is accepted and any other answer is
+// rejected; on an answerable task the answer is checked as usual, and an
+// abstention is accepted as final too (Check.Accepted ends an
+// end-on-accepted episode), so whether an episode stops on an abstention
+// never tells the agent whether its question was answerable. Score then
+// tells the two apart (table below). On tasks that do not offer abstention
+// "null" is an ordinary (wrong) answer.
+//
 // # Upstream rules
 //
 // The env_message is rebuilt as upstream does: stdout + ("\n" + stderr if
@@ -97,7 +112,8 @@
 //     missing gold rows not counted: one right prediction scores 1.0); an
 //     evaluation error is accepted with accuracy 0; no file is not done.
 //
-// Other datasets fall back to the strict rules, and the verdict says so.
+// Other datasets, and every task that offers abstention (MedAgentGym has
+// none), fall back to the strict rules, and the verdict says so.
 // Upstream ignores the status except where noted, so a crashed run whose
 // traceback contains the answer can pass. In both modes a sandbox_error or
 // info status is never accepted: it is not an execution of the agent's code.
@@ -117,6 +133,21 @@
 //	sandbox_error                                    sandbox_error  0
 //	infra_failure                                    infra_failure  0, Excluded
 //	anything else                                    infra_failure  0, Excluded
+//
+// On a task that offers abstention, correct and incorrect are refined by
+// the scored answer (the re-checked execution's, or the final answer):
+//
+//	scored answer     task           outcome               reward
+//	"null"            unanswerable   abstained_correctly   1
+//	"null"            answerable     abstained_wrongly     0
+//	anything else     unanswerable   incorrect             −WrongAnswerPenalty
+//	wrong             answerable     incorrect             −WrongAnswerPenalty
+//
+// and every other non-excluded outcome there (turn_limit, loop, timeout,
+// format_error, sandbox_error) also gets −WrongAnswerPenalty, so that with
+// penalty c the mean reward is EHRSQL 2024's reliability score RS(c).
+// WrongAnswerPenalty is 0 by default (rewards stay in {0, 1}); the
+// verifier's --wrong-answer-penalty sets it.
 //
 // For "accepted", the re-checked execution is the last turn the worker
 // flagged as accepted, else the last turn that ran code. Options.FormatReward,

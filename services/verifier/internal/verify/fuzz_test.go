@@ -51,6 +51,7 @@ func FuzzCheck(f *testing.F) {
 	f.Add("[(1,), (2,)]", "", "[1, 2]", 0)
 	f.Add("True", "", "false", 0)
 	f.Add("(4, 2)", "", "('4 weeks', '2 days')", 0)
+	f.Add("null\n", "", "null", 0)
 	datasets := append(UpstreamDatasets(), "unknown")
 	types := []schemas.AnswerType{"", schemas.AnswerNumber, schemas.AnswerInteger, schemas.AnswerDate,
 		schemas.AnswerString, schemas.AnswerList, schemas.AnswerBoolean, schemas.AnswerTuple}
@@ -65,17 +66,23 @@ func FuzzCheck(f *testing.F) {
 			if ty == schemas.AnswerList {
 				truth.Values = []string{answer}
 			}
-			for _, d := range datasets {
-				for _, m := range []Mode{Strict, Upstream} {
-					oc := checkOutput(m, d, truth, res)
-					ac := CheckAnswer(m, d, truth, oc.Answer)
-					for _, c := range []schemas.Check{oc, ac} {
-						if c.Verdict == "" || c.VerifierVersion != VersionFor(m) {
-							t.Fatalf("mode %s dataset %s type %s: bad check %+v", m, d, ty, c)
+			for _, ab := range [][2]bool{{false, false}, {true, false}, {true, true}} { // abstention offered, unanswerable
+				truth.Abstention, truth.Unanswerable = ab[0], ab[1]
+				for _, d := range datasets {
+					for _, m := range []Mode{Strict, Upstream} {
+						oc := checkOutput(m, d, truth, res)
+						ac := CheckAnswer(m, d, truth, oc.Answer)
+						for _, c := range []schemas.Check{oc, ac} {
+							if c.Verdict == "" || c.VerifierVersion != VersionFor(m) {
+								t.Fatalf("mode %s dataset %s type %s: bad check %+v", m, d, ty, c)
+							}
 						}
-					}
-					if m == Strict && exit != 0 && oc.Accepted {
-						t.Fatalf("strict accepted a run with exit code %d: %+v", exit, oc)
+						if m == Strict && exit != 0 && oc.Accepted {
+							t.Fatalf("strict accepted a run with exit code %d: %+v", exit, oc)
+						}
+						if truth.Unanswerable && oc.Accepted && !IsAbstention(oc.Answer) {
+							t.Fatalf("an answer to an unanswerable question was accepted: %+v", oc)
+						}
 					}
 				}
 			}

@@ -24,7 +24,7 @@ const (
 
 // RulesSemver is the semantic version of the rule sets. Bump the major when
 // a rule change can flip an accepted answer to rejected or back.
-const RulesSemver = "1.0.0"
+const RulesSemver = "1.1.0"
 
 // ParseMode parses a verifier mode; "" means Strict.
 func ParseMode(s string) (Mode, error) {

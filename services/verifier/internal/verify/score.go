@@ -20,6 +20,14 @@ type Options struct {
 	// upstream scores EHRSHOT (in upstream mode the accuracy is upstream's,
 	// over the predicted rows). Outcomes are unchanged.
 	GradedML bool
+	// WrongAnswerPenalty is EHRSQL 2024's penalty c on tasks that offer
+	// abstention (tasks.Truth.Abstention): every scored outcome there that
+	// is neither correct nor an abstention (a wrong answer, an answer to an
+	// unanswerable question, or no answer at all) gets reward
+	// −WrongAnswerPenalty, so the mean reward is the reliability score
+	// RS(c). abstained_correctly gets 1 and abstained_wrongly 0. 0 (the
+	// default) keeps rewards in {0, 1}. Other tasks are unaffected.
+	WrongAnswerPenalty float64
 }
 
 // Score turns a finished episode into its typed outcome, its reward and a
@@ -32,6 +40,9 @@ func Score(opt Options, truth tasks.Truth, res schemas.EpisodeResult) (outcome s
 	} else {
 		outcome, verdict = classify(opt.Mode, truth, res)
 	}
+	if truth.Abstention {
+		outcome = abstentionOutcome(opt.Mode, truth, res, outcome)
+	}
 	if Excluded(outcome) {
 		return outcome, 0, verdict
 	}
@@ -41,14 +52,44 @@ func Score(opt Options, truth tasks.Truth, res schemas.EpisodeResult) (outcome s
 			reward = *acc
 		}
 		verdict += fmt.Sprintf("; graded reward %s (accuracy)", fmtNum(reward))
-	case outcome == schemas.OutcomeCorrect:
+	case outcome == schemas.OutcomeCorrect, outcome == schemas.OutcomeAbstainedCorrectly:
 		reward = 1
+	case outcome == schemas.OutcomeAbstainedWrongly:
+	case truth.Abstention && opt.WrongAnswerPenalty != 0:
+		reward = -opt.WrongAnswerPenalty
+		verdict += fmt.Sprintf("; wrong-answer penalty %s", fmtNum(opt.WrongAnswerPenalty))
 	}
 	if opt.FormatReward != 0 && allParsed(res.Turns) {
 		reward += opt.FormatReward
 		verdict += fmt.Sprintf("; format reward %s (every turn parsed)", fmtNum(opt.FormatReward))
 	}
 	return outcome, reward, verdict
+}
+
+// abstentionOutcome refines correct/incorrect on a task that offers
+// abstention: when the scored answer (the re-checked execution's or the
+// final answer) is the reserved abstention answer, the outcome is
+// abstained_correctly (the task is unanswerable) or abstained_wrongly.
+func abstentionOutcome(mode Mode, truth tasks.Truth, res schemas.EpisodeResult, outcome schemas.Outcome) schemas.Outcome {
+	if outcome != schemas.OutcomeCorrect && outcome != schemas.OutcomeIncorrect {
+		return outcome
+	}
+	var answer string
+	switch res.Termination {
+	case schemas.EndAccepted:
+		if turn, ok := acceptedTurn(res.Turns); ok {
+			answer = CheckOutput(mode, res.Request.Task.Dataset, truth, execOf(turn)).Answer
+		}
+	case schemas.EndAnswered, schemas.EndTurnLimit:
+		answer = CheckAnswer(mode, res.Request.Task.Dataset, truth, res.FinalAnswer).Answer
+	}
+	if !IsAbstention(answer) {
+		return outcome
+	}
+	if truth.Unanswerable {
+		return schemas.OutcomeAbstainedCorrectly
+	}
+	return schemas.OutcomeAbstainedWrongly
 }
 
 // Excluded reports whether an outcome is left out of success rates and RL

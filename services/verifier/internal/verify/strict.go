@@ -85,6 +85,23 @@ func strictText(truth tasks.Truth, text, what string) (answer string, ok bool, v
 	if truth.Type == schemas.AnswerOutput {
 		return "", false, "rejected: this task is scored from its program's output, not from an answer text"
 	}
+	if truth.Abstention {
+		// An abstention is final either way, so that whether an episode
+		// ends on it never tells the agent whether the question is
+		// answerable; Score tells the two apart (abstentionOutcome).
+		if a := lastLine(text); IsAbstention(a) {
+			if truth.Unanswerable {
+				return a, true, "accepted: abstained on a question the data cannot answer"
+			}
+			return a, true, "accepted as final: abstained on a question the data answers (scored abstained_wrongly)"
+		}
+		if truth.Unanswerable {
+			if a := lastLine(text); a != "" {
+				return a, false, fmt.Sprintf("rejected: %q answers a question the data cannot answer (abstain with %q)", a, schemas.AbstainAnswer)
+			}
+			return "", false, "rejected: nothing on " + what
+		}
+	}
 	if answerType(truth) == schemas.AnswerList {
 		answer = strings.TrimSpace(text)
 	} else {
@@ -95,6 +112,13 @@ func strictText(truth tasks.Truth, text, what string) (answer string, ok bool, v
 	}
 	ok, verdict = strictValue(truth, answer)
 	return answer, ok, verdict
+}
+
+// IsAbstention reports whether an extracted answer is the reserved
+// abstention answer (schemas.AbstainAnswer, any case). It counts only on
+// tasks that offer abstention (tasks.Truth.Abstention).
+func IsAbstention(answer string) bool {
+	return strings.EqualFold(strings.TrimSpace(answer), schemas.AbstainAnswer)
 }
 
 // answerType is truth.Type, or when empty: list if Values are set, number if
