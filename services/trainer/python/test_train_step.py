@@ -87,5 +87,27 @@ class RecipeTest(unittest.TestCase):
         self.assertEqual(m["steps"], 2)
 
 
+class MicroBatchTest(unittest.TestCase):
+    """Gradient accumulation: one sequence per forward/backward follows the
+    whole-batch loss curve, so each micro-batch's share is normalised by
+    whole-batch counts (a per-chunk mean would not sum to the batch loss)."""
+
+    def curve(self, mode, agg, mb):
+        import torch
+        torch.manual_seed(0)
+        tr = train_step.Trainer(argparse.Namespace(backend="tiny", model="", init="", seed=0))
+        recs = train_step.read_jsonl(os.path.join(TESTDATA, "toy_%s.jsonl" % mode))
+        return tr.step(mode, recs, {"steps": 4, "agg": agg, "micro_batch": mb}, evaluate=False)["loss"]
+
+    def test_micro_batches_equal_the_whole_batch(self):
+        for mode, agg in (("sft", "token"), ("dpo", "token"), ("grpo", "token"), ("grpo", "seq")):
+            with self.subTest(mode=mode, agg=agg):
+                whole, micro = self.curve(mode, agg, 0), self.curve(mode, agg, 1)
+                self.assertEqual(len(whole), 4)
+                for w, m in zip(whole, micro):
+                    self.assertLessEqual(abs(w - m), 1e-4 * max(1.0, abs(w)), (whole, micro))
+                self.assertNotEqual(whole[0], whole[3])
+
+
 if __name__ == "__main__":
     unittest.main()
