@@ -47,6 +47,9 @@ func WatchMaxDeliveries(ctx context.Context, conn *Conn, log *slog.Logger) (stop
 		}
 		dl := nats.NewMsg(string(schemas.DeadLetter) + ".maxdeliver")
 		dl.Data = raw.Data
+		if b := raw.Header.Get(HeaderBlob); b != "" {
+			dl.Header.Set(HeaderBlob, b) // an offloaded payload: its object, not a copy
+		}
 		dl.Header.Set(HeaderDeadSubject, raw.Subject)
 		dl.Header.Set(HeaderDeadReason, fmt.Sprintf("consumer %s gave up after %d deliveries", adv.Consumer, adv.Deliveries))
 		dl.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("dead/%s/%d", adv.Stream, adv.StreamSeq))

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"time"
@@ -18,11 +19,62 @@ type Conn struct {
 	NC  *nats.Conn
 	JS  jetstream.JetStream
 	log *slog.Logger
+
+	blobs blobs
 }
 
-// Connect dials url and returns a connection that reconnects forever.
-func Connect(ctx context.Context, url, name string, log *slog.Logger) (*Conn, error) {
-	nc, err := nats.Connect(url,
+// TLS configures TLS to the NATS server. A tls:// URL turns it on with the
+// system's roots (SSL_CERT_FILE adds a CA); CAFile trusts a private CA and
+// turns it on for a nats:// URL too; CertFile and KeyFile present a client
+// certificate (servers with verify: true).
+type TLS struct {
+	CAFile, CertFile, KeyFile string
+}
+
+// RegisterFlags adds --nats-ca, --nats-cert and --nats-key to fs, with the
+// environment variables MEDGYM_NATS_CA, MEDGYM_NATS_CERT and MEDGYM_NATS_KEY
+// as defaults.
+func (t *TLS) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
+	fs.StringVar(&t.CAFile, "nats-ca", getenv("MEDGYM_NATS_CA"), "PEM file of the CA that signed the NATS server's certificate; turns TLS on (env MEDGYM_NATS_CA)")
+	fs.StringVar(&t.CertFile, "nats-cert", getenv("MEDGYM_NATS_CERT"), "PEM client certificate for NATS servers that verify clients (env MEDGYM_NATS_CERT)")
+	fs.StringVar(&t.KeyFile, "nats-key", getenv("MEDGYM_NATS_KEY"), "PEM key of --nats-cert (env MEDGYM_NATS_KEY)")
+}
+
+func (t TLS) options() ([]nats.Option, error) {
+	var opts []nats.Option
+	if t.CAFile != "" {
+		opts = append(opts, nats.RootCAs(t.CAFile))
+	}
+	switch {
+	case t.CertFile != "" && t.KeyFile != "":
+		opts = append(opts, nats.ClientCert(t.CertFile, t.KeyFile))
+	case t.CertFile != "" || t.KeyFile != "":
+		return nil, errors.New("nats TLS: a client certificate needs both --nats-cert and --nats-key")
+	}
+	return opts, nil
+}
+
+// ConnectOption tunes Connect.
+type ConnectOption func(*connectConfig)
+
+type connectConfig struct{ tls TLS }
+
+// WithTLS connects with t (see TLS).
+func WithTLS(t TLS) ConnectOption { return func(c *connectConfig) { c.tls = t } }
+
+// Connect dials url and returns a connection that reconnects forever. The
+// URL's credentials never reach a log or an error (schemas.RedactURL).
+func Connect(ctx context.Context, url, name string, log *slog.Logger, opts ...ConnectOption) (*Conn, error) {
+	var cfg connectConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	tlsOpts, err := cfg.tls.options()
+	if err != nil {
+		return nil, err
+	}
+	shown := schemas.RedactURL(url)
+	nc, err := nats.Connect(url, append(tlsOpts,
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
@@ -31,22 +83,22 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger) (*Conn, er
 				log.Warn("nats disconnected", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", c.ConnectedUrlRedacted()) }),
-	)
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", schemas.RedactURL(c.ConnectedUrl())) }),
+	)...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w (is nats-server running with -js? use --nats to point elsewhere)", url, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w (is nats-server running with -js? use --nats to point elsewhere)", shown, err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("jetstream on %s: %w", url, err)
+		return nil, fmt.Errorf("jetstream on %s: %w", shown, err)
 	}
 	if _, err := js.AccountInfo(ctx); err != nil {
 		nc.Close()
 		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
-			return nil, fmt.Errorf("NATS at %s has JetStream disabled: start nats-server with -js", url)
+			return nil, fmt.Errorf("NATS at %s has JetStream disabled: start nats-server with -js", shown)
 		}
-		return nil, fmt.Errorf("jetstream account info on %s: %w", url, err)
+		return nil, fmt.Errorf("jetstream account info on %s: %w", shown, err)
 	}
 	return &Conn{NC: nc, JS: js, log: log}, nil
 }
@@ -67,14 +119,17 @@ func (c *Conn) Close() {
 
 // Publish validates v, encodes it as JSON and publishes it to subject with
 // msgID as its Nats-Msg-Id, waiting for the stream's ack. A duplicate (same
-// msgID within the duplicate window) is not an error.
+// msgID within the duplicate window) is not an error. A payload over
+// InlineMax travels through the blob store (see blob.go).
 func (c *Conn) Publish(ctx context.Context, subject, msgID string, v schemas.Validator) error {
 	data, err := schemas.Encode(v)
 	if err != nil {
 		return Permanent(err)
 	}
 	msg := nats.NewMsg(subject)
-	msg.Data = data
+	if err := c.offload(ctx, msg, msgID, data); err != nil {
+		return fmt.Errorf("publish %s (%s): %w", subject, msgID, err)
+	}
 	if msgID != "" {
 		msg.Header.Set(jetstream.MsgIDHeader, msgID)
 	}
@@ -87,8 +142,8 @@ func (c *Conn) Publish(ctx context.Context, subject, msgID string, v schemas.Val
 // Start is what every service's main does first: connect to url, create
 // the streams and buckets, and serve /metrics and /healthz on metricsAddr
 // (empty: none). Close the returned connection when done.
-func Start(ctx context.Context, url, name, metricsAddr string, log *slog.Logger) (*Conn, *Metrics, error) {
-	conn, err := Connect(ctx, url, name, log)
+func Start(ctx context.Context, url, name, metricsAddr string, log *slog.Logger, opts ...ConnectOption) (*Conn, *Metrics, error) {
+	conn, err := Connect(ctx, url, name, log, opts...)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -17,4 +17,11 @@
 //   - shutdown: no ack; the message is redelivered to another process.
 //   - long work: the InProgress middleware touches the message every
 //     AckWait/3 so JetStream does not redeliver it while it is being worked on.
+//
+// Payload size: a payload over the server's max_payload (less headroom) is
+// put in the MEDGYM_BLOBS object store, and the message carries its name in
+// the Medgym-Blob header; Handle resolves it before decoding, and
+// Conn.Payload does for code that reads a stream directly. StateKV does the
+// same for key-value values (episode state). See blob.go and
+// docs/adr/0010-payload-offload.md.
 package bus

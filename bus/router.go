@@ -90,7 +90,7 @@ func Handle[In schemas.Validator](rt *Router, name string, o HandlerOptions, h f
 				m.observe(name, time.Since(start), err)
 			}()
 		}
-		in, err := schemas.Decode[In](msg.Payload)
+		in, err := schemas.Decode[In](payloadOf(msg))
 		if err != nil {
 			return Permanent(err)
 		}
@@ -100,6 +100,7 @@ func Handle[In schemas.Validator](rt *Router, name string, o HandlerOptions, h f
 	}
 	for i := range o.Concurrency {
 		sub := newSubscriber(cons, rt.log, backoff{max: 30 * time.Second}.WaitTime)
+		sub.payload = rt.conn.Payload
 		rt.r.AddConsumerHandler(fmt.Sprintf("%s-%d", name, i), o.Subject.Wildcard(), sub, hf)
 	}
 	return nil

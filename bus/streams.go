@@ -65,6 +65,12 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions)
 			return fmt.Errorf("ensure key-value bucket %s: %w", b, err)
 		}
 	}
+	// Offloaded payloads live as long as the messages that name them.
+	if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket: schemas.BucketBlobs, Storage: storage, Replicas: o.Replicas, TTL: o.MaxAge,
+	}); err != nil {
+		return fmt.Errorf("ensure object store %s: %w", schemas.BucketBlobs, err)
+	}
 	return nil
 }
 

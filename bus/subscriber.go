@@ -26,6 +26,9 @@ type subscriber struct {
 	cons     jetstream.Consumer
 	log      *slog.Logger
 	nakDelay func(delivered uint64) time.Duration
+	// payload reads a message's payload (Conn.Payload: offloaded payloads
+	// come from the blob store); nil means the message body.
+	payload func(context.Context, jetstream.Msg) ([]byte, error)
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -37,6 +40,17 @@ func newSubscriber(cons jetstream.Consumer, log *slog.Logger, nakDelay func(uint
 }
 
 type deliveryKey struct{}
+
+type payloadKey struct{}
+
+// payloadOf is the payload of a message being handled: the offloaded one
+// the subscriber fetched, else the body.
+func payloadOf(msg *message.Message) []byte {
+	if p, ok := msg.Context().Value(payloadKey{}).([]byte); ok {
+		return p
+	}
+	return msg.Payload
+}
 
 // Delivery returns the JetStream message being handled, if any.
 func Delivery(ctx context.Context) (jetstream.Msg, bool) {
@@ -86,6 +100,18 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 
 // deliver hands one message to the router and settles it; false means stop.
 func (s *subscriber) deliver(ctx context.Context, out chan<- *message.Message, jm jetstream.Msg) bool {
+	// An offloaded payload travels in the context; the Watermill message
+	// keeps the empty body and the Medgym-Blob header, so a dead-letter copy
+	// stays a small pointer to the same object.
+	base := context.WithValue(ctx, deliveryKey{}, jm)
+	if s.payload != nil && jm.Headers().Get(HeaderBlob) != "" {
+		data, err := s.payload(ctx, jm)
+		if err != nil {
+			s.settleUnread(jm, err)
+			return ctx.Err() == nil && !s.isClosing()
+		}
+		base = context.WithValue(base, payloadKey{}, data)
+	}
 	wm := message.NewMessage(watermill.NewUUID(), jm.Data())
 	for k, v := range jm.Headers() {
 		if k == nats.MsgIdHdr || len(v) == 0 {
@@ -93,7 +119,7 @@ func (s *subscriber) deliver(ctx context.Context, out chan<- *message.Message, j
 		}
 		wm.Metadata.Set(k, v[0])
 	}
-	mctx, cancel := context.WithCancel(context.WithValue(ctx, deliveryKey{}, jm))
+	mctx, cancel := context.WithCancel(base)
 	defer cancel()
 	wm.SetContext(mctx)
 	select {
@@ -122,6 +148,27 @@ func (s *subscriber) deliver(ctx context.Context, out chan<- *message.Message, j
 		return false
 	}
 	return true
+}
+
+// settleUnread settles a message whose offloaded payload could not be
+// read: a missing blob ends it (a dead letter through the terminated
+// advisory), anything else is retried later.
+func (s *subscriber) settleUnread(jm jetstream.Msg, err error) {
+	if IsPermanent(err) {
+		s.log.Error("message payload is gone; terminating it", "subject", jm.Subject(), "err", err)
+		if terr := jm.TermWithReason(err.Error()); terr != nil {
+			s.log.Warn("term failed", "subject", jm.Subject(), "err", terr)
+		}
+		return
+	}
+	var n uint64 = 1
+	if md, merr := jm.Metadata(); merr == nil {
+		n = md.NumDelivered
+	}
+	s.log.Warn("read offloaded payload; retrying", "subject", jm.Subject(), "delivery", n, "err", err)
+	if nerr := jm.NakWithDelay(s.nakDelay(n)); nerr != nil {
+		s.log.Warn("nak failed", "subject", jm.Subject(), "err", nerr)
+	}
 }
 
 func (s *subscriber) isClosing() bool {

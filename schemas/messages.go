@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -198,6 +199,32 @@ func (p PolicySpec) Validate() error {
 	default:
 		return fmt.Errorf("policy: unknown name %q (want %q or %q)", p.Name, PolicyOpenAI, PolicyReference)
 	}
+	if p.Temperature != nil {
+		if err := ValidTemperature(*p.Temperature); err != nil {
+			return fmt.Errorf("policy: %w", err)
+		}
+	}
+	if p.TopP != nil && (math.IsNaN(*p.TopP) || *p.TopP <= 0 || *p.TopP > 1) {
+		return fmt.Errorf("policy: top_p %g out of range (0, 1]", *p.TopP)
+	}
+	if p.MaxTokens < 0 {
+		return fmt.Errorf("policy: max_tokens %d is negative", p.MaxTokens)
+	}
+	if HasUserinfo(p.BaseURL) {
+		return fmt.Errorf("policy: base_url %s carries credentials; messages and stored state must not: give the API key through api_key_env (an environment variable or secret file read by the llm-worker)", RedactURL(p.BaseURL))
+	}
+	return nil
+}
+
+// MaxTemperature is the highest sampling temperature OpenAI-compatible
+// servers accept.
+const MaxTemperature = 2
+
+// ValidTemperature checks a sampling temperature: a number in [0, 2].
+func ValidTemperature(t float64) error {
+	if math.IsNaN(t) || t < 0 || t > MaxTemperature {
+		return fmt.Errorf("temperature %g out of range [0, %d]", t, MaxTemperature)
+	}
 	return nil
 }
 
@@ -237,6 +264,14 @@ func DefaultOptions() EpisodeOptions {
 	return EpisodeOptions{MaxTurns: 15, EndOn: EndOnBoth, ActionTimeoutSec: 120, LoopGuard: "warn", VerifierMode: "strict"}
 }
 
+// Bounds of the timeouts: one day per action, a week per episode. Larger
+// values overflowed time.Duration (seconds × 10⁹ past 2⁶³ ns turned
+// negative, which timed out every run at once).
+const (
+	MaxActionTimeoutSec  = 24 * 60 * 60
+	MaxEpisodeTimeoutSec = 7 * 24 * 60 * 60
+)
+
 // UpstreamOptions are MedAgentGym's episode rules (Compat upstream): 15
 // steps, the first accepted execution ends the episode, 120 s per code
 // execution and no episode clock, no loop guard, no verdict shown, the
@@ -259,8 +294,16 @@ func (o EpisodeOptions) Validate() error {
 	default:
 		return fmt.Errorf("options: end_on %q (want accepted, answer or both)", o.EndOn)
 	}
-	if o.ActionTimeoutSec < 1 {
-		return fmt.Errorf("options: action_timeout_sec %d must be ≥ 1", o.ActionTimeoutSec)
+	if o.ActionTimeoutSec < 1 || o.ActionTimeoutSec > MaxActionTimeoutSec {
+		return fmt.Errorf("options: action_timeout_sec %d out of range 1..%d", o.ActionTimeoutSec, MaxActionTimeoutSec)
+	}
+	if o.EpisodeTimeoutSec < 0 || o.EpisodeTimeoutSec > MaxEpisodeTimeoutSec {
+		return fmt.Errorf("options: episode_timeout_sec %d out of range 0..%d (0: none)", o.EpisodeTimeoutSec, MaxEpisodeTimeoutSec)
+	}
+	switch o.LoopGuard {
+	case "", "off", "warn", "stop":
+	default:
+		return fmt.Errorf("options: loop_guard %q (want off, warn or stop)", o.LoopGuard)
 	}
 	switch o.VerifierMode {
 	case "", "strict", "upstream":
@@ -393,8 +436,8 @@ func (a ActionRequest) Validate() error {
 	if a.Action.Name == "" {
 		return fmt.Errorf("action request %s/%d: action name is empty", a.Ref.EpisodeID, a.Ref.Turn)
 	}
-	if a.TimeoutSec < 1 {
-		return fmt.Errorf("action request %s/%d: timeout_sec must be ≥ 1", a.Ref.EpisodeID, a.Ref.Turn)
+	if a.TimeoutSec < 1 || a.TimeoutSec > MaxActionTimeoutSec {
+		return fmt.Errorf("action request %s/%d: timeout_sec %d out of range 1..%d", a.Ref.EpisodeID, a.Ref.Turn, a.TimeoutSec, MaxActionTimeoutSec)
 	}
 	return nil
 }
@@ -411,14 +454,18 @@ const (
 
 // ExecResult is what running one action produced.
 type ExecResult struct {
-	Status          string `json:"status"`
-	ExitCode        int    `json:"exit_code"`
-	Signal          string `json:"signal,omitempty"`
-	Stdout          string `json:"stdout"`
-	Stderr          string `json:"stderr"`
-	Truncated       bool   `json:"truncated"`
-	DurationMS      int64  `json:"duration_ms"`
-	PeakMemoryBytes int64  `json:"peak_memory_bytes,omitempty"`
+	Status    string `json:"status"`
+	ExitCode  int    `json:"exit_code"`
+	Signal    string `json:"signal,omitempty"`
+	Stdout    string `json:"stdout"`
+	Stderr    string `json:"stderr"`
+	Truncated bool   `json:"truncated"`
+	// StdoutBytes and StderrBytes are the sizes the run wrote, before the
+	// sandbox's output cap (0 from workers older than contract 1.2).
+	StdoutBytes     int64 `json:"stdout_bytes,omitempty"`
+	StderrBytes     int64 `json:"stderr_bytes,omitempty"`
+	DurationMS      int64 `json:"duration_ms"`
+	PeakMemoryBytes int64 `json:"peak_memory_bytes,omitempty"`
 	// Message is the observation text the model is shown (upstream's
 	// env_message): stdout, then stderr, or an explanation.
 	Message string `json:"message"`
@@ -431,6 +478,14 @@ type ExecResult struct {
 
 // MaxOutputFileBytes caps one file in ExecResult.Files.
 const MaxOutputFileBytes = 2 << 20
+
+// MaxStoredOutputBytes caps each of a turn's Stdout, Stderr and Observation
+// as the llm-worker stores them (and shows the observation to the model):
+// the first and last halves are kept around a marker that gives the full
+// size, which the turn also records. Episode state and results are kept
+// under the server's max payload by the bus (offload to the blob store),
+// whatever the number of turns.
+const MaxStoredOutputBytes = 32 << 10
 
 // Check is the verifier's verdict on one code execution.
 type Check struct {
@@ -485,7 +540,13 @@ type Turn struct {
 	Stdout       string `json:"stdout,omitempty"`
 	Stderr       string `json:"stderr,omitempty"`
 	Truncated    bool   `json:"truncated,omitempty"`
-	Accepted     bool   `json:"accepted,omitempty"`
+	// StdoutBytes, StderrBytes and ObservationBytes are the full sizes of
+	// Stdout, Stderr and Observation before any cap (the sandbox's, then
+	// MaxStoredOutputBytes); 0 in turns recorded before contract 1.2.
+	StdoutBytes      int64 `json:"stdout_bytes,omitempty"`
+	StderrBytes      int64 `json:"stderr_bytes,omitempty"`
+	ObservationBytes int64 `json:"observation_bytes,omitempty"`
+	Accepted         bool  `json:"accepted,omitempty"`
 	// Files are the task's output files after this turn's run
 	// (ExecResult.Files). The llm-worker keeps them on the latest code turn
 	// only, so a trajectory carries at most one copy.
@@ -545,19 +606,23 @@ func (r EpisodeResult) Validate() error {
 // Score is the verifier's final word on an episode, published after the
 // trajectory row is durably stored.
 type Score struct {
-	RunID           string    `json:"run_id"`
-	EpisodeID       string    `json:"episode_id"`
-	TaskID          string    `json:"task_id"`
-	Dataset         string    `json:"dataset"`
-	Category        string    `json:"category,omitempty"`
-	SampleIndex     int       `json:"sample_index"`
-	PolicyVersion   int       `json:"policy_version,omitempty"`
-	Outcome         Outcome   `json:"outcome"`
-	Reward          float64   `json:"reward"`
-	NumTurns        int       `json:"num_turns"`
-	VerifierVersion string    `json:"verifier_version"`
-	Object          string    `json:"object,omitempty"`
-	ScoredAt        time.Time `json:"scored_at"`
+	RunID           string  `json:"run_id"`
+	EpisodeID       string  `json:"episode_id"`
+	TaskID          string  `json:"task_id"`
+	Dataset         string  `json:"dataset"`
+	Category        string  `json:"category,omitempty"`
+	SampleIndex     int     `json:"sample_index"`
+	PolicyVersion   int     `json:"policy_version,omitempty"`
+	Outcome         Outcome `json:"outcome"`
+	Reward          float64 `json:"reward"`
+	NumTurns        int     `json:"num_turns"`
+	VerifierVersion string  `json:"verifier_version"`
+	Object          string  `json:"object,omitempty"`
+	// Store is the trajectory store the row was written to: a directory's
+	// absolute path or s3://bucket/prefix (contract 1.2), so a CLI that
+	// submitted the run over --nats reads the rows where they are.
+	Store    string    `json:"store,omitempty"`
+	ScoredAt time.Time `json:"scored_at"`
 }
 
 // Validate checks the score.
@@ -604,6 +669,17 @@ func (r RunSpec) Validate() error {
 	}
 	if r.Samples < 1 {
 		return fmt.Errorf("run spec %s: samples must be ≥ 1", r.RunID)
+	}
+	if r.Limit < 0 {
+		return fmt.Errorf("run spec %s: limit %d is negative (0 means every task)", r.RunID, r.Limit)
+	}
+	if r.MaxInFlight < 0 {
+		return fmt.Errorf("run spec %s: max_in_flight %d is negative (0 means the default)", r.RunID, r.MaxInFlight)
+	}
+	for _, t := range r.Temperatures {
+		if err := ValidTemperature(t); err != nil {
+			return fmt.Errorf("run spec %s: temperatures: %w", r.RunID, err)
+		}
 	}
 	if err := r.Policy.Validate(); err != nil {
 		return fmt.Errorf("run spec %s: %w", r.RunID, err)

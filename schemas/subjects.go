@@ -88,6 +88,11 @@ const (
 	// BucketEpisodes holds EpisodeState by episode id (llm-worker-owned):
 	// the state after each completed turn, so another worker can resume.
 	BucketEpisodes = "MEDGYM_EPISODE_STATE"
+	// BucketBlobs is the object store holding payloads too large for one
+	// NATS message (over the server's max_payload less headroom): message
+	// bodies, whose message then carries only the object's name in the
+	// Medgym-Blob header, and large key-value values (see bus/blob.go).
+	BucketBlobs = "MEDGYM_BLOBS"
 	// BucketCompletions holds which episodes of a run are scored
 	// (dispatcher-owned): key "<run>.<chunk>", value a bitmap of
 	// 8,192 episodes (bit i of chunk c: episode c·8192+i).

@@ -3,10 +3,14 @@ package store
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
+	"os"
 	"sort"
 	"strings"
 
@@ -73,12 +77,18 @@ func newS3Backend(ctx context.Context, raw string, opt Options) (*s3Backend, err
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", raw, err)
 	}
-	client, err := minio.New(host, &minio.Options{
+	mo := &minio.Options{
 		Creds:      credentials.NewStaticV4(opt.AccessKey, opt.SecretKey, ""),
 		Secure:     secure,
 		Region:     opt.Region,
 		MaxRetries: opt.MaxRetries,
-	})
+	}
+	if opt.CAFile != "" {
+		if mo.Transport, err = caTransport(opt.CAFile); err != nil {
+			return nil, fmt.Errorf("open store %s: %w", raw, err)
+		}
+	}
+	client, err := minio.New(host, mo)
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", raw, err)
 	}
@@ -171,4 +181,22 @@ func (b *s3Backend) ping(ctx context.Context) error {
 		return fmt.Errorf("ping: bucket %s does not exist on %s", b.bucket, b.endpoint)
 	}
 	return nil
+}
+
+// caTransport trusts the system's CAs plus those in caFile.
+func caTransport(caFile string) (*http.Transport, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("s3 CA bundle: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("s3 CA bundle %s: no PEM certificate in it", caFile)
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return t, nil
 }

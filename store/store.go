@@ -28,7 +28,9 @@ const ManifestName = "_manifest.json"
 
 // Options configure an S3 store; a directory store ignores them. Empty
 // fields fall back to the AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
-// AWS_SECRET_ACCESS_KEY and AWS_REGION environment variables.
+// AWS_SECRET_ACCESS_KEY and AWS_REGION environment variables; the two
+// credentials also to the files named by AWS_ACCESS_KEY_ID_FILE and
+// AWS_SECRET_ACCESS_KEY_FILE (Docker and Kubernetes secrets).
 type Options struct {
 	// Endpoint is host:port or a URL (http://host:port); a URL's scheme
 	// overrides UseSSL.
@@ -37,6 +39,9 @@ type Options struct {
 	SecretKey string
 	// Region defaults to us-east-1.
 	Region string
+	// CAFile is a PEM file of CA certificates trusted for an HTTPS endpoint
+	// besides the system's (default $AWS_CA_BUNDLE, as the AWS CLI reads it).
+	CAFile string
 	UseSSL bool
 	// MaxRetries bounds minio-go's retries of one request (0: 3). Keep it
 	// small: a caller that cannot write naks its messages and JetStream
@@ -46,23 +51,34 @@ type Options struct {
 	RowGroupLength int64
 }
 
-func (o Options) withEnv(getenv func(string) string) Options {
+func (o Options) withEnv(getenv func(string) string) (Options, error) {
 	fill := func(v *string, env string) {
 		if *v == "" {
 			*v = getenv(env)
 		}
 	}
+	// Credentials: the variable, or the file its _FILE variable names.
+	secret := func(v *string, env string) error {
+		if *v != "" {
+			return nil
+		}
+		s, err := schemas.Secret(getenv, env)
+		*v = s
+		return err
+	}
 	fill(&o.Endpoint, "AWS_ENDPOINT_URL")
-	fill(&o.AccessKey, "AWS_ACCESS_KEY_ID")
-	fill(&o.SecretKey, "AWS_SECRET_ACCESS_KEY")
+	if err := errors.Join(secret(&o.AccessKey, "AWS_ACCESS_KEY_ID"), secret(&o.SecretKey, "AWS_SECRET_ACCESS_KEY")); err != nil {
+		return o, fmt.Errorf("s3 credentials: %w", err)
+	}
 	fill(&o.Region, "AWS_REGION")
+	fill(&o.CAFile, "AWS_CA_BUNDLE")
 	if o.Region == "" {
 		o.Region = "us-east-1"
 	}
 	if o.MaxRetries <= 0 {
 		o.MaxRetries = 3
 	}
-	return o
+	return o, nil
 }
 
 // Store reads and writes trajectory files. It is safe for concurrent use.
@@ -83,7 +99,10 @@ type Store struct {
 // the endpoint at once, so a wrong endpoint or wrong credentials fail here
 // with an error that names the endpoint.
 func Open(ctx context.Context, url string, opt Options) (*Store, error) {
-	opt = opt.withEnv(os.Getenv)
+	opt, err := opt.withEnv(os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", url, err)
+	}
 	s := &Store{url: url, rowGroupLen: opt.RowGroupLength, seen: map[string]map[string]struct{}{}}
 	switch {
 	case url == "":
@@ -109,12 +128,37 @@ func Open(ctx context.Context, url string, opt Options) (*Store, error) {
 // String returns the store's url, for logs.
 func (s *Store) String() string { return s.url }
 
+// Location names the store for another process: a directory's absolute
+// path, or the s3:// URL. Open(Location()) opens the same store.
+func (s *Store) Location() string {
+	if d, ok := s.be.(*dirBackend); ok {
+		return d.root
+	}
+	return s.url
+}
+
 // Locate turns a key returned by Write into a full locator: a file path for
 // a directory store, s3://bucket/key for S3.
 func (s *Store) Locate(key string) string { return s.be.locate(key) }
 
 // Ping checks that the store is reachable.
 func (s *Store) Ping(ctx context.Context) error { return s.be.ping(ctx) }
+
+// probeKey is the object CheckWritable writes (over itself each time),
+// beside the runs and outside every run's prefix.
+const probeKey = Root + "_write-probe"
+
+// CheckWritable writes a small object where trajectories go, so a store
+// that cannot take them (permissions, a file in the way, a read-only bucket
+// policy) fails at start with the reason instead of every episode retrying
+// its write forever.
+func (s *Store) CheckWritable(ctx context.Context) error {
+	msg := []byte("medgym checks that it can write here; this object may be deleted\n")
+	if err := s.be.put(ctx, probeKey, msg); err != nil {
+		return fmt.Errorf("store %s is not writable: %w", s.url, err)
+	}
+	return nil
+}
 
 func runPrefix(runID string) string { return Root + "run=" + runID + "/" }
 

@@ -67,8 +67,8 @@ func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "run %s: %d episodes, success rate %s; wrote %s and %d charts\n",
-		*runID, r.Episodes, report.Percent(float64(r.Correct)/float64(max(1, r.Scored))), paths[0], len(paths)-1)
+	fmt.Fprintf(stdout, "run %s: %d episodes, success %s; wrote %s and %d charts\n",
+		*runID, r.Episodes, scoredRate(r.Correct, r.Scored, r.Episodes-r.Scored), paths[0], len(paths)-1)
 	return nil
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/medgym/medgym/bus/embedded"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
+	llmworker "github.com/medgym/medgym/services/llm-worker/service"
 	"github.com/medgym/medgym/store"
 	"github.com/medgym/medgym/tasks"
 )
@@ -60,7 +61,8 @@ type runFlags struct {
 	specFile     string
 	// upstreamCompat starts the options from schemas.UpstreamOptions;
 	// explicit holds the flags given on the command line (set by cmdRun),
-	// so that one contradicting upstream's rules is an error.
+	// so that one contradicting upstream's rules is an error, and so that
+	// with --nats an explicit --store other than the verifier's is one.
 	upstreamCompat bool
 	explicit       map[string]bool
 }
@@ -92,7 +94,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.policy, "policy", "reference", "policy: reference (replays reference solutions) or openai")
 	fs.StringVar(&f.llmURL, "llm-url", "", "OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
 	fs.StringVar(&f.model, "model", "", "model name for --policy openai")
-	fs.StringVar(&f.apiKeyEnv, "api-key-env", "OPENAI_API_KEY", "environment variable holding the API key (read by the llm-worker)")
+	fs.StringVar(&f.apiKeyEnv, "api-key-env", "OPENAI_API_KEY", "environment variable holding the API key, or naming its file with a _FILE suffix (read by the llm-worker)")
 	fs.IntVar(&f.maxTokens, "max-tokens", 8192, "max completion tokens per turn")
 	fs.BoolVar(&f.logprobs, "logprobs", false, "request token ids and logprobs (vLLM) for RL")
 	fs.IntVar(&f.maxTurns, "max-turns", 15, "policy steps per episode")
@@ -134,16 +136,22 @@ func (f *runFlags) spec() (schemas.RunSpec, error) {
 	if f.upstreamCompat {
 		opts = schemas.UpstreamOptions()
 	}
-	pol := schemas.PolicySpec{Name: f.policy, Model: f.model, BaseURL: f.llmURL, APIKeyEnv: f.apiKeyEnv,
+	// Credentials in --llm-url stay in this process (its in-process
+	// llm-worker uses them): the spec, which is published and stored, gets
+	// the URL without them. A remote llm-worker needs its own --llm-url.
+	pol := schemas.PolicySpec{Name: f.policy, Model: f.model, BaseURL: schemas.StripUserinfo(f.llmURL), APIKeyEnv: f.apiKeyEnv,
 		MaxTokens: f.maxTokens, Logprobs: f.logprobs, Seed: f.policySeed}
 	if f.policy == schemas.PolicyReference {
 		pol.Model = "reference-solution" // labelled as such everywhere it appears
 	}
 	var temps []float64
 	for _, s := range splitList(f.temperatures) {
-		var t float64
-		if _, err := fmt.Sscanf(s, "%g", &t); err != nil {
+		t, err := strconv.ParseFloat(s, 64)
+		if err != nil {
 			return schemas.RunSpec{}, fmt.Errorf("--temperatures: %q is not a number", s)
+		}
+		if err := schemas.ValidTemperature(t); err != nil {
+			return schemas.RunSpec{}, fmt.Errorf("--temperatures: %w", err)
 		}
 		temps = append(temps, t)
 	}
@@ -172,6 +180,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	f.explicit = map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { f.explicit[fl.Name] = true })
+	if err := f.serviceFlags.validate(); err != nil {
+		return err
+	}
 	if err := f.compatConflict(); err != nil {
 		return err
 	}
@@ -206,12 +217,19 @@ type runResult struct {
 	Elapsed  time.Duration
 }
 
-func (r runResult) successRate() float64 {
-	n := r.Total - r.Outcomes[schemas.OutcomeInfraFailure]
-	if n <= 0 {
-		return 0
+// scoredRate renders "62.5% of 8 scored" (correct: the solved episodes),
+// plus ", 7 infra_failure not scored" when any episode failed for
+// infrastructure reasons.
+func scoredRate(correct, scored, infra int) string {
+	rate := 0.0
+	if scored > 0 {
+		rate = 100 * float64(correct) / float64(scored)
 	}
-	return float64(solved(r.Outcomes)) / float64(n)
+	s := fmt.Sprintf("%.1f%% of %d scored", rate, max(scored, 0))
+	if infra > 0 {
+		s += fmt.Sprintf(", %d %s not scored", infra, schemas.OutcomeInfraFailure)
+	}
+	return s
 }
 
 // solved counts the episodes that reached their task's correct outcome
@@ -226,8 +244,12 @@ func solved(outcomes map[schemas.Outcome]int) int {
 	return n
 }
 
+// printSummary prints the run's line. The success rate is of the scored
+// episodes: infra failures are never the model's, so they are left out of
+// it and counted next to it, where they cannot be missed.
 func printSummary(w io.Writer, r runResult) {
-	fmt.Fprintf(w, "run %s: %d episodes, success rate %.1f%% (%d correct", r.RunID, r.Total, 100*r.successRate(), r.Outcomes[schemas.OutcomeCorrect])
+	infra := r.Outcomes[schemas.OutcomeInfraFailure]
+	fmt.Fprintf(w, "run %s: %d episodes, success %s (%d correct", r.RunID, r.Total, scoredRate(solved(r.Outcomes), r.Total-infra, infra), r.Outcomes[schemas.OutcomeCorrect])
 	keys := make([]string, 0, len(r.Outcomes))
 	for k := range r.Outcomes {
 		if k != schemas.OutcomeCorrect {
@@ -278,14 +300,29 @@ func preflight(ctx context.Context, spec schemas.RunSpec, f *runFlags) error {
 		if spec.Policy.BaseURL == "" {
 			return errors.New("--policy openai needs --llm-url (an OpenAI-compatible base URL such as http://localhost:8000/v1)")
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(spec.Policy.BaseURL, "/")+"/models", nil)
-		if err != nil {
-			return fmt.Errorf("--llm-url %q: %w", spec.Policy.BaseURL, err)
+		base := spec.Policy.BaseURL
+		if f.llmURL != "" && schemas.StripUserinfo(f.llmURL) == base {
+			base = f.llmURL // with its credentials, if any
 		}
-		if k := os.Getenv(spec.Policy.APIKeyEnv); k != "" {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/models", nil)
+		if err != nil {
+			return fmt.Errorf("--llm-url %q: %w", schemas.RedactURL(base), errors.Unwrap(err))
+		}
+		k, err := schemas.Secret(os.Getenv, spec.Policy.APIKeyEnv)
+		if err != nil {
+			return fmt.Errorf("--api-key-env: %w", err)
+		}
+		if k != "" {
 			req.Header.Set("Authorization", "Bearer "+k)
 		}
-		c := &http.Client{Timeout: 10 * time.Second}
+		c, err := llmworker.HTTPClient(f.llmCA)
+		if err != nil {
+			return err
+		}
+		if c == nil {
+			c = &http.Client{}
+		}
+		c.Timeout = 10 * time.Second
 		resp, err := c.Do(req)
 		if err != nil {
 			return fmt.Errorf("model endpoint %s is unreachable: %v (start the server or fix --llm-url)", spec.Policy.BaseURL, errors.Unwrap(err))
@@ -324,6 +361,12 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 	if err != nil {
 		return runResult{}, err
 	}
+	if f.nats == "" {
+		// The in-process verifier writes here: check before submitting.
+		if err := st.CheckWritable(ctx); err != nil {
+			return runResult{}, fmt.Errorf("%w (pass --store a directory or s3://bucket/prefix this process can write)", err)
+		}
+	}
 	url := f.nats
 	logger := newLogger(stderr, f.logLevel)
 	var wait func() error
@@ -340,7 +383,11 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 		url = ns.ClientURL()
 	}
-	conn, err := bus.Connect(ctx, url, "medgym-cli", logger)
+	var connOpts []bus.ConnectOption
+	if f.nats != "" {
+		connOpts = append(connOpts, bus.WithTLS(f.natsTLS))
+	}
+	conn, err := bus.Connect(ctx, url, "medgym-cli", logger, connOpts...)
 	if err != nil {
 		return runResult{}, err
 	}
@@ -374,6 +421,12 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 	}
 	if err != nil {
 		return runResult{}, err
+	}
+	if f.nats != "" {
+		// The rows are where the verifier wrote them, which the scores say.
+		if st, err = verifierStore(ctx, conn, spec.RunID, st, f); err != nil {
+			return runResult{RunID: spec.RunID, Total: status.Total, Elapsed: time.Since(start)}, err
+		}
 	}
 	res := runResult{RunID: spec.RunID, Total: status.Total, Outcomes: map[schemas.Outcome]int{}, Store: st.String(), Elapsed: time.Since(start)}
 	// Every row is stored (the scores say so); the store may still be
@@ -414,6 +467,56 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 		return res, fmt.Errorf("write manifest: %w", err)
 	}
 	return res, nil
+}
+
+// verifierStore returns the store the run's rows were written to, learnt
+// from its scores (schemas.Score.Store): that store when --store was left
+// at its default, st when --store names the same one, and an error naming
+// both when they differ. Scores from verifiers older than contract 1.2
+// carry no store: st is used.
+func verifierStore(ctx context.Context, conn *bus.Conn, runID string, st *store.Store, f *runFlags) (*store.Store, error) {
+	cons, err := conn.JS.OrderedConsumer(ctx, schemas.StreamScores, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{schemas.EpisodeScored.For(runID)}})
+	if err != nil {
+		return nil, fmt.Errorf("read the scores of run %s: %w", runID, err)
+	}
+	seen := map[string]bool{}
+	var locs []string
+	for {
+		batch, err := cons.FetchNoWait(500)
+		if err != nil {
+			return nil, fmt.Errorf("read the scores of run %s: %w", runID, err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			var sc schemas.Score
+			if json.Unmarshal(m.Data(), &sc) == nil && sc.Store != "" && !seen[sc.Store] {
+				seen[sc.Store] = true
+				locs = append(locs, sc.Store)
+			}
+		}
+		if n == 0 {
+			break
+		}
+	}
+	switch {
+	case len(locs) == 0:
+		return st, nil
+	case len(locs) > 1:
+		sort.Strings(locs)
+		return nil, fmt.Errorf("run %s: verifiers wrote its episodes to %d stores (%s); each holds part of the run",
+			runID, len(locs), strings.Join(locs, ", "))
+	case locs[0] == st.Location():
+		return st, nil
+	case f.explicit["store"]:
+		return nil, fmt.Errorf("run %s: the verifier wrote its episodes to %s, not to --store %s", runID, locs[0], st.Location())
+	}
+	vs, err := store.Open(ctx, locs[0], f.storeOptions())
+	if err != nil {
+		return nil, fmt.Errorf("run %s: open the verifier's store: %w", runID, err)
+	}
+	return vs, nil
 }
 
 // checkSize refuses a run of more than maxEpisodes episodes (tasks ×
@@ -527,11 +630,7 @@ func isTerminal(w io.Writer) bool {
 }
 
 func progress(w io.Writer, st schemas.RunStatus, done int, outcomes map[schemas.Outcome]int, el time.Duration, tty bool) {
-	scored := done - outcomes[schemas.OutcomeInfraFailure]
-	rate := 0.0
-	if scored > 0 {
-		rate = 100 * float64(solved(outcomes)) / float64(scored)
-	}
+	infra := outcomes[schemas.OutcomeInfraFailure]
 	perMin := float64(done) / el.Minutes()
 	eta := "?"
 	if done > 0 {
@@ -541,6 +640,6 @@ func progress(w io.Writer, st schemas.RunStatus, done int, outcomes map[schemas.
 	if !tty {
 		lead, end = "", "\n"
 	}
-	fmt.Fprintf(w, "%s%d/%d done, %d in flight, success %.1f%%, %.1f episodes/min, ETA %s%s",
-		lead, done, st.Total, max(0, st.Published-done), rate, perMin, eta, end)
+	fmt.Fprintf(w, "%s%d/%d done, %d in flight, success %s, %.1f episodes/min, ETA %s%s",
+		lead, done, st.Total, max(0, st.Published-done), scoredRate(solved(outcomes), done-infra, infra), perMin, eta, end)
 }

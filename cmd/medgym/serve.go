@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/schemas"
 )
 
 // cmdServe runs every service in one process against an external server.
@@ -20,8 +21,11 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if err := f.validate(); err != nil {
+		return err
+	}
 	log := newLogger(stderr, f.logLevel)
-	conn, err := bus.Connect(ctx, *nats, "medgym-serve", log)
+	conn, err := bus.Connect(ctx, *nats, "medgym-serve", log, bus.WithTLS(f.natsTLS))
 	if err != nil {
 		return err
 	}
@@ -29,6 +33,6 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
 		return err
 	}
-	fmt.Fprintln(stderr, "medgym serve: dispatcher, llm-worker, sandbox-worker and verifier on", *nats)
+	fmt.Fprintln(stderr, "medgym serve: dispatcher, llm-worker, sandbox-worker and verifier on", schemas.RedactURL(*nats))
 	return startServices(ctx, conn, &f, *llmURL, log)()
 }

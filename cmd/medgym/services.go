@@ -37,6 +37,7 @@ type serviceFlags struct {
 	wrongAnswerPenalty  float64
 	llmTimeout          time.Duration
 	llmRetries          int
+	llmCA               string
 	llmNoTemperature    bool
 	llmMaxCompletion    bool
 	debuggerURL         string
@@ -47,6 +48,7 @@ type serviceFlags struct {
 	diskMB              int
 	logLevel            string
 	metricsAddr         string
+	natsTLS             bus.TLS
 	maxEpisodes         int
 }
 
@@ -67,7 +69,8 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.verifierConcurrency, "verifier-concurrency", 32, "episodes scored and stored at once (also the rows per Parquet file)")
 	fs.Float64Var(&f.wrongAnswerPenalty, "wrong-answer-penalty", 0, "reward −c for a wrong answer or no answer on tasks that offer abstention (EHRSQL 2024's c; mean reward = RS(c)); 0 = off")
 	fs.DurationVar(&f.llmTimeout, "llm-timeout", 5*time.Minute, "timeout of one model request")
-	fs.IntVar(&f.llmRetries, "llm-retries", 4, "retries of a failing model request (429, 5xx, timeouts)")
+	fs.IntVar(&f.llmRetries, "llm-retries", 4, "retries of a failing model request (429, 5xx, timeouts); 0: none")
+	fs.StringVar(&f.llmCA, "llm-ca", os.Getenv("MEDGYM_LLM_CA"), "PEM file of a private CA trusted for https:// model endpoints, besides the system's (env MEDGYM_LLM_CA)")
 	fs.BoolVar(&f.llmNoTemperature, "no-temperature", false, "omit temperature/top_p (models that refuse them, e.g. OpenAI o-series)")
 	fs.BoolVar(&f.llmMaxCompletion, "max-completion-tokens", false, "send max_completion_tokens instead of max_tokens (reasoning models)")
 	fs.StringVar(&f.debuggerURL, "debugger-url", "", "base URL of the model answering the debug action (default: the episode's endpoint)")
@@ -76,8 +79,36 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.memoryMB, "sandbox-memory-mb", 2048, "memory limit of one sandboxed run")
 	fs.IntVar(&f.diskMB, "sandbox-disk-mb", 1024, "workspace disk quota of one episode (-1: none)")
 	fs.StringVar(&f.logLevel, "log", "warn", "log level: debug, info, warn, error")
-	fs.StringVar(&f.metricsAddr, "metrics", "", "serve Prometheus /metrics and /healthz of the in-process services on this address")
+	fs.StringVar(&f.metricsAddr, "metrics", "", "serve Prometheus /metrics and /healthz of the in-process services on this address (e.g. 127.0.0.1:9100)")
 	fs.IntVar(&f.maxEpisodes, "max-episodes", 1_000_000, "most episodes (tasks × samples) of one run; larger runs are refused (checked here and by the dispatcher)")
+	f.natsTLS.RegisterFlags(fs, os.Getenv)
+}
+
+// validate rejects values the services would misread: a negative retry
+// count used to fall back to a default, zero concurrency to hang.
+func (f *serviceFlags) validate() error {
+	for _, c := range []struct {
+		name string
+		v    int
+		min  int
+	}{
+		{"llm-retries", f.llmRetries, 0},
+		{"sandbox-concurrency", f.sandboxConcurrency, 1},
+		{"llm-concurrency", f.llmConcurrency, 1},
+		{"verifier-concurrency", f.verifierConcurrency, 1},
+		{"warm", f.warm, 0},
+		{"docker-ready", f.dockerReady, 0},
+		{"sandbox-memory-mb", f.memoryMB, 1},
+		{"sandbox-disk-mb", f.diskMB, -1},
+	} {
+		if c.v < c.min {
+			return fmt.Errorf("--%s %d: must be ≥ %d", c.name, c.v, c.min)
+		}
+	}
+	if f.llmTimeout <= 0 {
+		return fmt.Errorf("--llm-timeout %s: must be positive", f.llmTimeout)
+	}
+	return nil
 }
 
 func (f *serviceFlags) storeOptions() store.Options {
@@ -142,7 +173,7 @@ func startServices(ctx context.Context, conn *bus.Conn, f *serviceFlags, llmURL 
 	goService("llm-worker", func() error {
 		return llmworker.Run(ctx, conn, llmworker.Config{Metrics: metrics,
 			DataRoot: f.data, TasksDir: f.tasksDir, LibraryDir: f.library, Concurrency: f.llmConcurrency, Worker: host + "/llm-worker",
-			LLM: llmworker.ClientDefaults{DefaultBaseURL: llmURL, Timeout: f.llmTimeout, MaxRetries: f.llmRetries,
+			LLM: llmworker.ClientDefaults{DefaultBaseURL: llmURL, CAFile: f.llmCA, Timeout: f.llmTimeout, MaxRetries: f.llmRetries,
 				NoTemperature: f.llmNoTemperature, UseMaxCompletionTokens: f.llmMaxCompletion},
 			Debugger: llmworker.DebuggerConfig{BaseURL: f.debuggerURL, Model: f.debuggerModel, APIKeyEnv: f.debuggerKeyEnv},
 		}, log.With("service", "llm-worker"))

@@ -42,6 +42,9 @@ var turnType = arrow.StructOf(
 	arrow.Field{Name: "completion_token_ids", Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Int32)},
 	arrow.Field{Name: "completion_logprobs", Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Float32)},
 	arrow.Field{Name: "files_json", Type: arrow.BinaryTypes.String},
+	arrow.Field{Name: "stdout_bytes", Type: arrow.PrimitiveTypes.Int64},
+	arrow.Field{Name: "stderr_bytes", Type: arrow.PrimitiveTypes.Int64},
+	arrow.Field{Name: "observation_bytes", Type: arrow.PrimitiveTypes.Int64},
 )
 
 // Column indexes of the top-level fields; the order of schema's fields.
@@ -222,6 +225,9 @@ func appendTurns(sb *array.StructBuilder, turns []Turn) {
 		appendList(sb.FieldBuilder(19).(*array.ListBuilder), t.CompletionTokenIDs, func(vb array.Builder, v int32) { vb.(*array.Int32Builder).Append(v) })
 		appendList(sb.FieldBuilder(20).(*array.ListBuilder), t.CompletionLogprobs, func(vb array.Builder, v float32) { vb.(*array.Float32Builder).Append(v) })
 		s(21, t.FilesJSON)
+		i64(22, t.StdoutBytes)
+		i64(23, t.StderrBytes)
+		i64(24, t.ObservationBytes)
 	}
 }
 
@@ -313,7 +319,7 @@ func readColumn(c int, a arrow.Array, rows []Row) error {
 		return readStrings(a, rows, func(r *Row, v string) { r.AgentTreeHash = v })
 	case colVerifierTreeHash:
 		return readStrings(a, rows, func(r *Row, v string) { r.VerifierTreeHash = v })
-	case colObservationRole: // absent from files before schema version 4
+	case colObservationRole: // absent from files before schema version 5
 		return readStrings(a, rows, func(r *Row, v string) { r.ObservationRole = v })
 	}
 	return nil
@@ -541,6 +547,16 @@ func readTurns(a arrow.Array, rows []Row) error {
 	add(turnList(sa, "completion_logprobs", func(t *Turn, v []float32) { t.CompletionLogprobs = v }))
 	if structField(sa, "files_json") != nil { // absent from schema version 1 files
 		add(turnString(sa, "files_json", func(t *Turn, v string) { t.FilesJSON = v }))
+	}
+	// Absent from files before schema version 4: the sizes read as 0.
+	for name, set := range map[string]func(*Turn, int64){
+		"stdout_bytes":      func(t *Turn, v int64) { t.StdoutBytes = v },
+		"stderr_bytes":      func(t *Turn, v int64) { t.StderrBytes = v },
+		"observation_bytes": func(t *Turn, v int64) { t.ObservationBytes = v },
+	} {
+		if structField(sa, name) != nil {
+			add(turnValue(sa, name, set))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err

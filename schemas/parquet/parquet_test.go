@@ -51,7 +51,7 @@ func sampleResult() (schemas.EpisodeResult, schemas.Score) {
 		Turns: []schemas.Turn{
 			{Index: 0, RawText: "r0", Reasoning: "think", FinishReason: "stop", ActionName: "validate_code",
 				ParamsJSON: `{"code":"print(1)"}`, Observation: "1\n", ExecStatus: "ok", ExitCode: 0, Files: map[string]string{"predictions.csv": "id,prediction\n1,0\n"},
-				Stdout: "1\n", Stderr: "warn", Truncated: true, Accepted: true, DurationMS: 120, LLMLatencyMS: 900,
+				Stdout: "1\n", Stderr: "warn", Truncated: true, StdoutBytes: 300_000, StderrBytes: 4, ObservationBytes: 300_004, Accepted: true, DurationMS: 120, LLMLatencyMS: 900,
 				PromptTokens: 100, CompletionTokens: 20, PromptTokenIDs: []int32{1, 2, 3},
 				CompletionTokenIDs: []int32{7, 8}, CompletionLogprobs: []float32{-0.5, -0.25}},
 			{Index: 1, RawText: "garbage", ParseError: "no json", ExitCode: -1, PromptTokens: 130, CompletionTokens: 5},
@@ -93,6 +93,9 @@ func TestFromEpisode(t *testing.T) {
 		r.Turns[1].PromptTokenIDs != nil {
 		t.Errorf("turns wrong: %+v", r.Turns)
 	}
+	if r.Turns[0].StdoutBytes != 300_000 || r.Turns[0].StderrBytes != 4 || r.Turns[0].ObservationBytes != 300_004 {
+		t.Errorf("full sizes not kept: %+v", r.Turns[0])
+	}
 	if r.Turns[0].FilesJSON != `{"predictions.csv":"id,prediction\n1,0\n"}` || r.Turns[1].FilesJSON != "" {
 		t.Errorf("files_json: %q / %q", r.Turns[0].FilesJSON, r.Turns[1].FilesJSON)
 	}
@@ -100,7 +103,7 @@ func TestFromEpisode(t *testing.T) {
 		t.Errorf("tree hashes: %q / %q", r.AgentTreeHash, r.VerifierTreeHash)
 	}
 	// The observation role is what the model was sent; rows from before
-	// schema version 4 (no column) read it as "user".
+	// schema version 5 (no column) read it as "user".
 	if r.ObservationRole != "tool" || r.ObsRole() != "tool" {
 		t.Errorf("observation role %q, want tool (the role sent)", r.ObservationRole)
 	}
@@ -215,7 +218,7 @@ func TestRowsFromRecordByName(t *testing.T) {
 }
 
 // Files of older schema versions (version 2: no tree hash columns, no
-// observation role; version 3: no observation role) read back with those
+// observation role; versions 3 and 4: no observation role) read back with those
 // fields empty and every other field intact.
 func TestVersion2RowsReadWithoutHashes(t *testing.T) {
 	t.Parallel()
@@ -230,7 +233,7 @@ func TestVersion2RowsReadWithoutHashes(t *testing.T) {
 	}{
 		{"2", []string{"agent_tree_hash", "verifier_tree_hash", "observation_role"},
 			func(r *parquet.Row) { r.AgentTreeHash, r.VerifierTreeHash, r.ObservationRole = "", "", "" }},
-		{"3", []string{"observation_role"}, func(r *parquet.Row) { r.ObservationRole = "" }},
+		{"4", []string{"observation_role"}, func(r *parquet.Row) { r.ObservationRole = "" }},
 	} {
 		var fields []arrow.Field
 		var cols []arrow.Array

@@ -10,7 +10,7 @@ import (
 // SchemaVersion is the version of the trajectory schema. Bump it on any
 // change to the columns, together with testdata/schema.golden and the table
 // in schemas/README.md.
-const SchemaVersion = "4"
+const SchemaVersion = "5"
 
 // Row is one episode: the Go form of one row of a trajectory file.
 type Row struct {
@@ -55,12 +55,12 @@ type Row struct {
 	// with when the episode was sampled ("user" for every llm-worker so
 	// far); trainers render the conversation with it, so a model is
 	// trained on the context it was sampled in. Added in schema version
-	// 4; older rows read back "" (use ObsRole, which says "user").
+	// 5; older rows read back "" (use ObsRole, which says "user").
 	ObservationRole string
 }
 
 // DefaultObservationRole is the observation role of rows written before
-// schema version 4: the llm-worker has always sent observations as user
+// schema version 5: the llm-worker has always sent observations as user
 // messages (as upstream does).
 const DefaultObservationRole = "user"
 
@@ -120,6 +120,13 @@ type Turn struct {
 	// predictions CSV) as a JSON object name → content; "" when none.
 	// Added in schema version 2.
 	FilesJSON string
+	// StdoutBytes, StderrBytes and ObservationBytes are the full sizes of
+	// Stdout, Stderr and Observation, which are stored capped
+	// (schemas.MaxStoredOutputBytes, with a marker). Added in schema
+	// version 4; 0 in older rows.
+	StdoutBytes      int64
+	StderrBytes      int64
+	ObservationBytes int64
 }
 
 // FromEpisode builds the row of a finished, scored episode. Identity fields
@@ -193,6 +200,9 @@ func FromEpisode(res schemas.EpisodeResult, sc schemas.Score, verifierMode strin
 				CompletionTokenIDs: cloneNonEmpty(t.CompletionTokenIDs),
 				CompletionLogprobs: cloneNonEmpty(t.CompletionLogprobs),
 				FilesJSON:          filesJSON(t.Files),
+				StdoutBytes:        t.StdoutBytes,
+				StderrBytes:        t.StderrBytes,
+				ObservationBytes:   t.ObservationBytes,
 			}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/services/dispatcher/internal/dispatch"
 	"github.com/medgym/medgym/services/dispatcher/service"
 )
@@ -33,7 +34,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	natsURL := fs.String("nats", envOr(getenv, "MEDGYM_NATS", "nats://127.0.0.1:4222"), "NATS URL (env MEDGYM_NATS)")
 	data := fs.String("data", envOr(getenv, "MEDGYM_DATA", "../shared/data"), "shared data root (env MEDGYM_DATA)")
 	library := fs.String("library", envOr(getenv, "MEDGYM_LIBRARY", "build/library"), "generated task library (env MEDGYM_LIBRARY)")
-	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", ":9101"), "address of /metrics and /healthz (empty: off)")
+	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", "127.0.0.1:9101"), "address of /metrics and /healthz: loopback by default; in a container or pod its own IP or host name (e.g. $POD_IP:9101); empty: off (env MEDGYM_METRICS)")
+	var natsTLS bus.TLS
+	natsTLS.RegisterFlags(fs, getenv)
 	defMax := dispatch.DefaultMaxEpisodes
 	if v := getenv("MEDGYM_MAX_EPISODES"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -50,8 +53,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return fmt.Errorf("--max-episodes must be ≥ 1, got %d", *maxEpisodes)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "dispatcher")
-	log.Info("config", "nats", *natsURL, "data", *data, "max_episodes", *maxEpisodes)
-	conn, metrics, err := bus.Start(ctx, *natsURL, "dispatcher", *metricsAddr, log)
+	log.Info("config", "nats", schemas.RedactURL(*natsURL), "data", *data, "max_episodes", *maxEpisodes)
+	conn, metrics, err := bus.Start(ctx, *natsURL, "dispatcher", *metricsAddr, log, bus.WithTLS(natsTLS))
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/services/sandbox-worker/service"
 )
 
@@ -43,15 +44,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	memMB := fs.Int("memory-mb", 2048, "memory limit of one run")
 	diskMB := fs.Int64("disk-mb", 1024, "workspace disk quota of one episode; a run that grows it past this is killed (-1: none)")
 	name := fs.String("name", host+"/sandbox-worker", "worker name recorded in observations")
-	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", ":9103"), "address of /metrics and /healthz (empty: off)")
+	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", "127.0.0.1:9103"), "address of /metrics and /healthz: loopback by default; in a container or pod its own IP or host name (e.g. $POD_IP:9103); empty: off (env MEDGYM_METRICS)")
+	var natsTLS bus.TLS
+	natsTLS.RegisterFlags(fs, getenv)
 	ackWait := fs.Duration("ack-wait", 60*time.Second, "how long a message may go unacked (in-progress acks keep long work alive) before another process gets it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "sandbox-worker")
-	log.Info("config", "nats", *natsURL, "agent-tree", *data, "backend", *backend, "warm", *warm, "docker-ready", *dockerReady,
+	log.Info("config", "nats", schemas.RedactURL(*natsURL), "agent-tree", *data, "backend", *backend, "warm", *warm, "docker-ready", *dockerReady,
 		"seccomp", *seccomp, "require-cgroups", *requireCg, "concurrency", *conc)
-	conn, metrics, err := bus.Start(ctx, *natsURL, "sandbox-worker", *metricsAddr, log)
+	conn, metrics, err := bus.Start(ctx, *natsURL, "sandbox-worker", *metricsAddr, log, bus.WithTLS(natsTLS))
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/csv"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -12,7 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	_ "github.com/duckdb/duckdb-go/v2" // registers the "duckdb" database/sql driver
+	"github.com/duckdb/duckdb-go/v2" // also registers the "duckdb" database/sql driver
 )
 
 // View returns the SQL that defines the trajectories view over dir.
@@ -51,6 +52,12 @@ func Query(ctx context.Context, dir string, query string) (cols []string, rows [
 	if _, err := conn.ExecContext(ctx, View(dir)); err != nil {
 		return nil, nil, fmt.Errorf("query %s: create view: %w", dir, err)
 	}
+	if err := lockDown(ctx, conn, dir); err != nil {
+		return nil, nil, fmt.Errorf("query %s: %w", dir, err)
+	}
+	if err := readOnly(ctx, conn, query); err != nil {
+		return nil, nil, err
+	}
 	rs, err := conn.QueryContext(ctx, query)
 	if err != nil {
 		return nil, nil, fmt.Errorf("query: %w", err)
@@ -75,6 +82,61 @@ func Query(ctx context.Context, dir string, query string) (cols []string, rows [
 		return nil, nil, fmt.Errorf("query: %w", err)
 	}
 	return cols, rows, nil
+}
+
+// lockDown confines the connection to the store's trajectory files: no
+// other file, URL or database can be read or written (external access off,
+// with the trajectories directory allowed), no extension is installed or
+// loaded behind the query's back, and the configuration is locked so the
+// query cannot undo any of it.
+func lockDown(ctx context.Context, conn *sql.Conn, dir string) error {
+	abs, err := filepath.Abs(filepath.Join(dir, "trajectories"))
+	if err != nil {
+		return fmt.Errorf("lock down: %w", err)
+	}
+	for _, stmt := range []string{
+		"SET autoinstall_known_extensions = false",
+		"SET autoload_known_extensions = false",
+		"SET allowed_directories = [" + quote(filepath.ToSlash(abs)+"/") + "]",
+		"SET enable_external_access = false",
+		"SET lock_configuration = true",
+	} {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("lock down: %s: %w", stmt, err)
+		}
+	}
+	return nil
+}
+
+// ErrNotReadOnly is returned for a query that is not one read-only
+// statement.
+var ErrNotReadOnly = errors.New("only one read-only statement (SELECT, WITH ... SELECT, DESCRIBE, EXPLAIN) is allowed")
+
+// readOnly accepts exactly one SELECT or EXPLAIN statement. DuckDB's own
+// parser decides (preparing runs nothing), so comments, quoting and
+// several statements cannot smuggle a write past it.
+func readOnly(ctx context.Context, conn *sql.Conn, query string) error {
+	return conn.Raw(func(dc any) error {
+		c, ok := dc.(*duckdb.Conn)
+		if !ok {
+			return fmt.Errorf("query: unexpected driver connection %T", dc)
+		}
+		// Prepare (without a context) refuses more than one statement.
+		st, err := c.Prepare(query)
+		if err != nil {
+			return fmt.Errorf("query: %w (%w)", err, ErrNotReadOnly)
+		}
+		defer st.Close()
+		typ, err := st.(*duckdb.Stmt).StatementType()
+		if err != nil {
+			return fmt.Errorf("query: statement type: %w", err)
+		}
+		switch typ {
+		case duckdb.STATEMENT_TYPE_SELECT, duckdb.STATEMENT_TYPE_EXPLAIN:
+			return nil
+		}
+		return fmt.Errorf("query: %w", ErrNotReadOnly)
+	})
 }
 
 // Format renders one value for people: NULL for nil, shortest decimal for

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -48,7 +49,9 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if cfg.AckWait == 0 {
 		cfg.AckWait = 60 * time.Second
 	}
-	kv, err := conn.JS.KeyValue(ctx, schemas.BucketEpisodes)
+	// Episode state over the server's max payload is offloaded to the
+	// blob store (bus.StateKV), so no output size can fail a save.
+	kv, err := conn.StateKV(ctx, schemas.BucketEpisodes)
 	if err != nil {
 		return fmt.Errorf("llm-worker: episode state bucket: %w", err)
 	}
@@ -92,7 +95,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 
 type worker struct {
 	conn *bus.Conn
-	kv   jetstream.KeyValue
+	kv   *bus.StateKV
 	eng  *episode.Engine
 	log  *slog.Logger
 }
@@ -136,15 +139,15 @@ func (w *worker) observe(ctx context.Context, obs schemas.Observation) error {
 }
 
 func (w *worker) load(ctx context.Context, id string) (schemas.EpisodeState, uint64, error) {
-	e, err := w.kv.Get(ctx, id)
+	v, rev, err := w.kv.Get(ctx, id)
 	if err != nil {
 		return schemas.EpisodeState{}, 0, fmt.Errorf("load episode %s: %w", id, err)
 	}
 	var st schemas.EpisodeState
-	if err := json.Unmarshal(e.Value(), &st); err != nil {
+	if err := json.Unmarshal(v, &st); err != nil {
 		return st, 0, bus.Permanent(fmt.Errorf("decode episode state %s: %w", id, err))
 	}
-	return st, e.Revision(), nil
+	return st, rev, nil
 }
 
 // save stores st: create for a new episode, compare-and-set otherwise, so
@@ -185,3 +188,8 @@ type ClientDefaults = policy.ClientDefaults
 // DebuggerConfig configures the debug action's model (re-exported for the
 // operator CLI).
 type DebuggerConfig = policy.DebuggerConfig
+
+// HTTPClient returns a client trusting the system's CAs plus those in
+// caFile (nil for an empty caFile), as the worker's model clients do
+// (re-exported for the operator CLI's endpoint check).
+func HTTPClient(caFile string) (*http.Client, error) { return policy.HTTPClient(caFile) }

@@ -61,6 +61,11 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if err != nil {
 		return fmt.Errorf("verifier: %w", err)
 	}
+	// A store that cannot take rows would make every episode retry its
+	// write forever: refuse to start instead, saying why.
+	if err := st.CheckWritable(ctx); err != nil {
+		return fmt.Errorf("verifier: %w", err)
+	}
 	batch := store.NewBatcher(st, cfg.Concurrency, cfg.BatchAge, log)
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -81,7 +86,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if err != nil {
 		return fmt.Errorf("verifier: %w", err)
 	}
-	v := &verifier{scored: scored, conn: conn, lib: tasks.NewCache(cfg.DataRoot, cfg.TasksDir, cfg.LibraryDir), batch: batch, cfg: cfg, log: log,
+	v := &verifier{store: st.Location(), scored: scored, conn: conn, lib: tasks.NewCache(cfg.DataRoot, cfg.TasksDir, cfg.LibraryDir), batch: batch, cfg: cfg, log: log,
 		hashes: hashes}
 
 	rt, err := bus.NewRouter(conn, log)
@@ -104,6 +109,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 }
 
 type verifier struct {
+	store string // where rows go, announced in every score
 	// hashes are the task trees' hashes, recorded in every row.
 	hashes schemas.TreeHashes
 	scored *prometheus.CounterVec
@@ -148,6 +154,7 @@ func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
 		RunID: req.RunID, EpisodeID: req.EpisodeID, TaskID: req.Task.ID, Dataset: req.Task.Dataset,
 		Category: req.Task.Category, SampleIndex: req.SampleIndex, PolicyVersion: req.Policy.Version,
 		NumTurns: len(res.Turns), VerifierVersion: verify.VersionFor(mode), ScoredAt: time.Now().UTC(),
+		Store: v.store,
 	}
 	truth, err := v.lib.Truth(ctx, req.Task.Dataset, req.Task.Split, req.Task.ID)
 	if err != nil {

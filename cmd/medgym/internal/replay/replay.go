@@ -195,6 +195,11 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 			return fail(fmt.Errorf("turn %d: %w", i, err))
 		}
 		ep.Executed++
+		// Compare (and store) outputs in the form turns keep them.
+		stdout, stdoutBytes := schemas.CapStored(res.Stdout, res.StdoutBytes)
+		stderr, stderrBytes := schemas.CapStored(res.Stderr, res.StderrBytes)
+		res.Truncated = res.Truncated || stdout != res.Stdout || stderr != res.Stderr
+		res.Stdout, res.Stderr = stdout, stderr
 		if res.Status != t.ExecStatus {
 			change(i, "exec_status", t.ExecStatus, res.Status)
 		}
@@ -219,6 +224,7 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 		nt.Files = res.Files
 		nt.ExecStatus, nt.ExitCode, nt.Stdout, nt.Stderr = res.Status, res.ExitCode, res.Stdout, res.Stderr
 		nt.Truncated, nt.DurationMS = res.Truncated, res.DurationMS
+		nt.StdoutBytes, nt.StderrBytes = stdoutBytes, stderrBytes
 		if req.Check {
 			c := verifier.CheckOutput(mode, row.Dataset, task.Truth, res)
 			if c.Accepted != t.Accepted {

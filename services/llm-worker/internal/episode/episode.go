@@ -88,9 +88,13 @@ func (e *Engine) Continue(ctx context.Context, st schemas.EpisodeState, obs sche
 	st.Messages = slices.Clip(st.Messages)
 	t := &st.Turns[obs.Ref.Turn]
 	r := obs.Result
-	t.Observation = agent.ObservationMessage(r, obs.Check, st.Request.Options.ShowVerdict)
-	t.ExecStatus, t.ExitCode, t.Stdout, t.Stderr = r.Status, r.ExitCode, r.Stdout, r.Stderr
-	t.Truncated, t.DurationMS = r.Truncated, r.DurationMS
+	// What is stored (and shown to the model) is capped per observation,
+	// with a marker and the full sizes recorded.
+	t.Observation, t.ObservationBytes = schemas.CapStored(agent.ObservationMessage(r, obs.Check, st.Request.Options.ShowVerdict), 0)
+	t.Stdout, t.StdoutBytes = schemas.CapStored(r.Stdout, r.StdoutBytes)
+	t.Stderr, t.StderrBytes = schemas.CapStored(r.Stderr, r.StderrBytes)
+	t.ExecStatus, t.ExitCode = r.Status, r.ExitCode
+	t.Truncated, t.DurationMS = r.Truncated || t.Stdout != r.Stdout || t.Stderr != r.Stderr, r.DurationMS
 	if len(r.Files) > 0 {
 		// Keep output files on the latest turn only: the verifier re-checks
 		// that one, and a trajectory must not grow by a copy per turn.

@@ -127,7 +127,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, errors.New("llm config: base url is empty")
 	}
 	if !strings.HasPrefix(cfg.BaseURL, "http://") && !strings.HasPrefix(cfg.BaseURL, "https://") {
-		return nil, fmt.Errorf("llm config: base url %q must start with http:// or https://", cfg.BaseURL)
+		return nil, fmt.Errorf("llm config: base url %q must start with http:// or https://", schemas.RedactURL(cfg.BaseURL))
 	}
 	if cfg.Model == "" {
 		return nil, errors.New("llm config: model is empty")
@@ -185,20 +185,20 @@ func (c *Client) Complete(ctx context.Context, req Request) (Completion, error) 
 			return comp, nil
 		}
 		if err := ctx.Err(); err != nil {
-			return Completion{}, c.errorf(err, nil, "chat completion at %s: %v", c.endpoint, err)
+			return Completion{}, c.errorf(err, nil, "chat completion at %s: %v", schemas.RedactURL(c.endpoint), err)
 		}
 		if !fail.retry {
-			return Completion{}, c.errorf(ErrPermanent, fail.cause, "chat completion at %s: %s", c.endpoint, fail.msg)
+			return Completion{}, c.errorf(ErrPermanent, fail.cause, "chat completion at %s: %s", schemas.RedactURL(c.endpoint), fail.msg)
 		}
 		wait := c.backoff(attempt, fail.retryAfter)
 		if attempt > c.cfg.MaxRetries || time.Since(start)+wait > c.cfg.RetryBudget {
-			return Completion{}, c.errorf(ErrUnavailable, fail.cause, "chat completion at %s: %s (after %d attempts)", c.endpoint, fail.msg, attempt)
+			return Completion{}, c.errorf(ErrUnavailable, fail.cause, "chat completion at %s: %s (after %d attempts)", schemas.RedactURL(c.endpoint), fail.msg, attempt)
 		}
 		c.log.LogAttrs(ctx, slog.LevelWarn, "llm request failed, retrying",
-			slog.String("endpoint", c.endpoint), slog.Int("attempt", attempt),
+			slog.String("endpoint", schemas.RedactURL(c.endpoint)), slog.Int("attempt", attempt),
 			slog.String("error", c.redact(fail.msg)), slog.Duration("wait", wait))
 		if err := c.sleep(ctx, wait); err != nil {
-			return Completion{}, c.errorf(err, nil, "chat completion at %s: %v", c.endpoint, err)
+			return Completion{}, c.errorf(err, nil, "chat completion at %s: %v", schemas.RedactURL(c.endpoint), err)
 		}
 	}
 }

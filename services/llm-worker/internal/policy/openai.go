@@ -2,7 +2,10 @@ package policy
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"net/http"
 	"os"
 	"sync"
 	"time"
@@ -15,8 +18,10 @@ import (
 // ClientDefaults are applied to every OpenAI-compatible client the worker
 // creates (one per base URL and model).
 type ClientDefaults struct {
-	Timeout                time.Duration
-	MaxConcurrent          int
+	Timeout       time.Duration
+	MaxConcurrent int
+	// MaxRetries bounds the retries of a failing request after the first
+	// attempt: 0 means none.
 	MaxRetries             int
 	MaxRetryWait           time.Duration
 	NoTemperature          bool
@@ -24,8 +29,12 @@ type ClientDefaults struct {
 	RequestTokenIDs        bool
 	// DefaultBaseURL is used when a PolicySpec has none.
 	DefaultBaseURL string
+	// CAFile, when set, is a PEM file of CA certificates trusted for
+	// https:// endpoints besides the system's (a private CA).
+	CAFile string
 	// Getenv reads API keys (named by PolicySpec.APIKeyEnv, default
-	// OPENAI_API_KEY); nil means os.Getenv.
+	// OPENAI_API_KEY, or a file named by that name + "_FILE"; see
+	// schemas.Secret); nil means os.Getenv.
 	Getenv func(string) string
 }
 
@@ -51,8 +60,10 @@ func (p *OpenAIPool) Policy(spec schemas.PolicySpec) (episode.Policy, error) {
 // OPENAI_API_KEY. Whether token ids are requested is part of the key, so a
 // run with logprobs never reuses a client made for a run without.
 func (p *OpenAIPool) client(base, model, keyEnv string, tokenIDs bool) (*llm.Client, error) {
-	if base == "" {
-		base = p.Defaults.DefaultBaseURL
+	// The bus carries base URLs without credentials (schemas.StripUserinfo);
+	// the worker's own --llm-url may hold them for its endpoint.
+	if d := p.Defaults.DefaultBaseURL; base == "" || (d != "" && base == schemas.StripUserinfo(d)) {
+		base = d
 	}
 	if base == "" {
 		return nil, fmt.Errorf("no base URL (set --llm-url)")
@@ -72,14 +83,26 @@ func (p *OpenAIPool) client(base, model, keyEnv string, tokenIDs bool) (*llm.Cli
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	c, err := llm.New(llm.Config{
-		BaseURL: base, Model: model, APIKey: getenv(keyEnv),
-		Timeout: d.Timeout, MaxConcurrent: d.MaxConcurrent, MaxRetries: d.MaxRetries, MaxRetryWait: d.MaxRetryWait,
+	apiKey, err := schemas.Secret(getenv, keyEnv)
+	if err != nil {
+		return nil, err
+	}
+	retries := d.MaxRetries
+	if retries == 0 {
+		retries = -1 // llm.Config reads 0 as its default
+	}
+	hc, err := HTTPClient(d.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	c, err := llm.New(llm.Config{HTTPClient: hc,
+		BaseURL: base, Model: model, APIKey: apiKey,
+		Timeout: d.Timeout, MaxConcurrent: d.MaxConcurrent, MaxRetries: retries, MaxRetryWait: d.MaxRetryWait,
 		NoTemperature: d.NoTemperature, UseMaxCompletionTokens: d.UseMaxCompletionTokens,
 		RequestTokenIDs: tokenIDs,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%s at %s: %w", model, base, err)
+		return nil, fmt.Errorf("%s at %s: %w", model, schemas.RedactURL(base), err)
 	}
 	if p.clients == nil {
 		p.clients = map[string]*llm.Client{}
@@ -106,4 +129,26 @@ func (o OpenAI) Complete(ctx context.Context, req schemas.EpisodeRequest, msgs [
 		PromptTokens: c.PromptTokens, CompletionTokens: c.CompletionTokens,
 		PromptTokenIDs: c.PromptTokenIDs, TokenIDs: c.TokenIDs, Logprobs: c.Logprobs, Latency: c.Latency,
 	}, nil
+}
+
+// HTTPClient trusts the system's CAs plus those in caFile; nil (the
+// client's default) when caFile is empty.
+func HTTPClient(caFile string) (*http.Client, error) {
+	if caFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("model endpoint CA: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("model endpoint CA %s: no PEM certificate in it", caFile)
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: t}, nil
 }

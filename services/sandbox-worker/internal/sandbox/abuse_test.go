@@ -265,6 +265,9 @@ print("HITS", hits)
 		if len(r.Message) > 2*limit+1000 {
 			t.Fatalf("message not capped: %d bytes", len(r.Message))
 		}
+		if r.StdoutBytes <= int64(limit) {
+			t.Fatalf("stdout_bytes %d: want the size written (over the %d-byte cap)", r.StdoutBytes, limit)
+		}
 		t.Logf("1 GB output -> %s in %v", r.Status, time.Since(begin))
 		healthy(t)
 	})

@@ -128,6 +128,7 @@ func (s *Sandbox) action(ctx context.Context, req schemas.ActionRequest, a schem
 func (s *Sandbox) result(out runOutput, spec runSpec, code string) schemas.ExecResult {
 	r := schemas.ExecResult{
 		ExitCode: out.exitCode, Stdout: out.stdout, Stderr: out.stderr, Truncated: out.truncated,
+		StdoutBytes: out.stdoutBytes, StderrBytes: out.stderrBytes,
 		DurationMS: out.duration.Milliseconds(), PeakMemoryBytes: out.peak,
 	}
 	if out.signal != 0 {

@@ -56,12 +56,14 @@ type runOutput struct {
 	stdout    string
 	stderr    string
 	truncated bool
-	duration  time.Duration
-	peak      int64
-	timedOut  bool // wall clock
-	oom       bool
-	pidsHit   bool
-	flood     bool
+	// stdoutBytes and stderrBytes are what the run wrote, before the cap.
+	stdoutBytes, stderrBytes int64
+	duration                 time.Duration
+	peak                     int64
+	timedOut                 bool // wall clock
+	oom                      bool
+	pidsHit                  bool
+	flood                    bool
 }
 
 // runner is one backend's way of running code.
@@ -429,6 +431,7 @@ func (c *coldRunner) run(ctx context.Context, spec runSpec) (runOutput, error) {
 	var tr bool
 	out.stderr, tr = stderr.result()
 	out.truncated = out.truncated || tr
+	out.stdoutBytes, out.stderrBytes = stdout.size(), stderr.size()
 	if st.cg != nil {
 		out.peak = st.cg.peak()
 		out.oom = st.cg.oomKilled()

@@ -50,6 +50,13 @@ func (c *capBuffer) result() (string, bool) {
 	return string(c.buf) + truncMarker(c.total-int64(len(c.buf))), true
 }
 
+// size is the number of bytes written, kept or not.
+func (c *capBuffer) size() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.total
+}
+
 func truncMarker(dropped int64) string {
 	return fmt.Sprintf("\n...[output truncated: %d more bytes not shown]", dropped)
 }

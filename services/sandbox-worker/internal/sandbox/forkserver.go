@@ -147,6 +147,7 @@ func (f forkClient) run(ctx context.Context, spec runSpec) (out runOutput, broke
 	var tr bool
 	out.stderr, tr = stderr.result()
 	out.truncated = out.truncated || tr
+	out.stdoutBytes, out.stderrBytes = stdout.size(), stderr.size()
 	out.peak = resp.MaxRSS
 	switch {
 	case errors.Is(final, errTimeout):

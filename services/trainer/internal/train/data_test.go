@@ -178,7 +178,7 @@ func TestDPOCrossPairsAreSafeForTRL(t *testing.T) {
 }
 
 // TestObservationRoleAsSampled: by default observations keep the role
-// they were sent with (rows older than schema 4 read as user); renaming
+// they were sent with (rows older than schema 5 read as user); renaming
 // them marks the records and drops the sampler's logprobs, which belong
 // to the other context.
 func TestObservationRoleAsSampled(t *testing.T) {
