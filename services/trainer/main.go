@@ -91,6 +91,7 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Float64Var(&o.GRPO.Eps, "grpo-eps", 1e-6, "ε added to the group std (verl 1e-6, TRL 1e-4)")
 	fs.StringVar(&o.GRPO.Scale, "grpo-scale", "group", "advantage scaling: group ((r−mean)/(std+ε)) or none (Dr. GRPO)")
 	fs.BoolVar(&o.GRPO.DropZeroVariance, "grpo-drop-zero-variance", false, "drop groups whose rewards are all equal")
+	fs.Float64Var(&o.GRPO.FormatWeight, "grpo-format-weight", 0, "add this × the share of turns that parsed to the reward (the online loop's format reward; 0: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

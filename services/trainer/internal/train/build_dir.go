@@ -117,6 +117,7 @@ type GRPOConfig struct {
 	Eps              float64 `json:"eps"`
 	Scale            string  `json:"scale"`
 	DropZeroVariance bool    `json:"drop_zero_variance"`
+	FormatWeight     float64 `json:"format_weight"`
 }
 
 // Result is what Build produced.
@@ -234,7 +235,7 @@ func Build(ctx context.Context, src Source, storeName string, f Filter, o Option
 	res.Manifest = Manifest{ManifestVersion: ManifestVersion, SchemaVersion: parquet.SchemaVersion,
 		ContractVersion: schemas.Version, CreatedAt: time.Now().UTC(), Store: storeName, SourceRuns: orEmpty(runs),
 		Filters: f, ObservationRole: o.ObsRole, SFTFormatErrors: o.SFTFormatErrors, Lengths: TokenLengths(eps),
-		GRPO: GRPOConfig{Eps: o.GRPO.Eps, Scale: o.GRPO.Scale, DropZeroVariance: o.GRPO.DropZeroVariance},
+		GRPO: GRPOConfig{Eps: o.GRPO.Eps, Scale: o.GRPO.Scale, DropZeroVariance: o.GRPO.DropZeroVariance, FormatWeight: o.GRPO.FormatWeight},
 		Load: ls, Counts: counts, Files: append(files, "manifest.json", "DATACARD.md"),
 		RowSchemaVersion: sortedKeys(versions)}
 	if err := writeJSON(filepath.Join(out, "manifest.json"), res.Manifest); err != nil {

@@ -214,13 +214,17 @@ func TestDataCardLengths(t *testing.T) {
 		r.Turns[0].PromptTokens, r.Turns[0].CompletionTokens = int32(1000*(k+1)), 100
 		rows = append(rows, r)
 	}
-	res, err := train.Build(context.Background(), memSource{"r1": rows}, "mem", train.Filter{}, train.Options{}, t.TempDir())
+	res, err := train.Build(context.Background(), memSource{"r1": rows}, "mem", train.Filter{},
+		train.Options{GRPO: train.GRPOOptions{FormatWeight: 0.5}}, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := res.Manifest.Lengths
 	if l.N != 10 || l.Max != 10100 || l.P50 != 6100 || l.Fit[4096] != 3 || l.Fit[16384] != 10 {
 		t.Fatalf("lengths %+v", l)
+	}
+	if res.Manifest.GRPO.FormatWeight != 0.5 || res.GRPO[0].Reward != 1.5 || res.GRPO[0].CorrectReward != 1 {
+		t.Fatalf("format weight %v: reward %v (correct %v), want 1.5 (1)", res.Manifest.GRPO.FormatWeight, res.GRPO[0].Reward, res.GRPO[0].CorrectReward)
 	}
 	if !strings.Contains(res.DataCard, "| 10 | 6100 |") {
 		t.Fatalf("data card:\n%s", res.DataCard)
