@@ -54,7 +54,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "dispatcher")
 	log.Info("config", "nats", schemas.RedactURL(*natsURL), "data", *data, "max_episodes", *maxEpisodes)
-	conn, metrics, err := bus.Start(ctx, *natsURL, "dispatcher", *metricsAddr, log, bus.WithTLS(natsTLS))
+	auth, err := bus.AuthFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	conn, metrics, err := bus.Start(ctx, *natsURL, "dispatcher", *metricsAddr, log, bus.WithTLS(natsTLS), bus.WithAuth(auth))
 	if err != nil {
 		return err
 	}

@@ -61,7 +61,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "llm-worker")
 	log.Info("config", "nats", schemas.RedactURL(*natsURL), "data", *data, "llm_url", schemas.RedactURL(*llmURL), "concurrency", *conc) // API keys are never logged
-	conn, metrics, err := bus.Start(ctx, *natsURL, "llm-worker", *metricsAddr, log, bus.WithTLS(natsTLS))
+	auth, err := bus.AuthFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	conn, metrics, err := bus.Start(ctx, *natsURL, "llm-worker", *metricsAddr, log, bus.WithTLS(natsTLS), bus.WithAuth(auth))
 	if err != nil {
 		return err
 	}

@@ -54,7 +54,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "sandbox-worker")
 	log.Info("config", "nats", schemas.RedactURL(*natsURL), "agent-tree", *data, "backend", *backend, "warm", *warm, "docker-ready", *dockerReady,
 		"seccomp", *seccomp, "require-cgroups", *requireCg, "concurrency", *conc)
-	conn, metrics, err := bus.Start(ctx, *natsURL, "sandbox-worker", *metricsAddr, log, bus.WithTLS(natsTLS))
+	auth, err := bus.AuthFromEnv(getenv)
+	if err != nil {
+		return err
+	}
+	conn, metrics, err := bus.Start(ctx, *natsURL, "sandbox-worker", *metricsAddr, log, bus.WithTLS(natsTLS), bus.WithAuth(auth))
 	if err != nil {
 		return err
 	}
