@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The resident medgym trainer: loads the base model once and keeps the
 optimiser state across training steps, taking requests as JSON lines on
-stdin and answering each with one JSON line on stdout (docs/adr/0011-resident-trainer.md and
+stdin and answering each with one JSON line on stdout (docs/adr/0012-resident-trainer.md and
 services/trainer/README.md, "The resident worker").
 
   python3 worker.py --backend hf --model MODEL [--init DIR] [--lora-r 16] [--grad-ckpt]
