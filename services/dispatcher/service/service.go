@@ -219,6 +219,9 @@ func (d *Dispatcher) plan(ctx context.Context, spec schemas.RunSpec) (*dispatch.
 	if len(sel) == 0 {
 		return nil, fmt.Errorf("run %s selects no task (datasets %v, split %q)", spec.RunID, spec.Datasets, spec.Split)
 	}
+	if err := dispatch.CheckReferences(spec, sel); err != nil {
+		return nil, err
+	}
 	return dispatch.NewPlan(spec, sel, d.cfg.MaxEpisodes)
 }
 
