@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,6 +42,12 @@ type Config struct {
 	// abstention (verify.Options).
 	WrongAnswerPenalty float64
 	AckWait            time.Duration
+	// StoreGiveUp is how long the store may refuse every row before the
+	// verifier gives up on the episodes it cannot store (default 5 min):
+	// each becomes a dead letter with the store's error, which fails its
+	// run, instead of being retried forever. Shorter outages (a restart)
+	// are ridden out.
+	StoreGiveUp time.Duration
 }
 
 // Run serves until ctx is done.
@@ -56,6 +63,9 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	}
 	if cfg.AckWait == 0 {
 		cfg.AckWait = 60 * time.Second
+	}
+	if cfg.StoreGiveUp == 0 {
+		cfg.StoreGiveUp = DefaultStoreGiveUp
 	}
 	st, err := store.Open(ctx, cfg.Store, cfg.StoreOptions)
 	if err != nil {
@@ -112,9 +122,15 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	return rt.Run(ctx)
 }
 
+// DefaultStoreGiveUp is Config.StoreGiveUp's default.
+const DefaultStoreGiveUp = 5 * time.Minute
+
 type verifier struct {
-	runs  *bus.Runs
-	store string // where rows go, announced in every score
+	// storeFailingSince is when the store began refusing rows, in Unix
+	// nanoseconds since the last row it took; 0 while it takes them.
+	storeFailingSince atomic.Int64
+	runs              *bus.Runs
+	store             string // where rows go, announced in every score
 	// hashes are the task trees' hashes, recorded in every row.
 	hashes schemas.TreeHashes
 	scored *prometheus.CounterVec
@@ -185,8 +201,9 @@ func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
 	select {
 	case err := <-done:
 		if err != nil {
-			return fmt.Errorf("store episode %s: %w", req.EpisodeID, err)
+			return v.storeFailed(fmt.Errorf("store episode %s: %w", req.EpisodeID, err))
 		}
+		v.storeFailingSince.Store(0)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -194,6 +211,21 @@ func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
 		v.scored.WithLabelValues(sc.Dataset, string(sc.Outcome)).Inc()
 	}
 	return v.conn.Publish(ctx, schemas.EpisodeScored.For(req.RunID), schemas.MsgID(req.EpisodeID, "scored"), sc)
+}
+
+// storeFailed returns err, which JetStream redelivers with backoff, until
+// the store has refused every row for StoreGiveUp: then the episode is a
+// permanent failure, dead-lettered with err, and the dispatcher fails its
+// run with that reason (a store that stays unwritable would otherwise
+// retry the run's episodes forever).
+func (v *verifier) storeFailed(err error) error {
+	now := time.Now().UnixNano()
+	v.storeFailingSince.CompareAndSwap(0, now)
+	failing := time.Duration(now - v.storeFailingSince.Load())
+	if failing < v.cfg.StoreGiveUp {
+		return err
+	}
+	return bus.Permanent(fmt.Errorf("%w (the store has refused every row for %s: giving up)", err, failing.Round(time.Second)))
 }
 
 // treeHashes are the hashes of the task trees this verifier scores with:
