@@ -8,7 +8,7 @@
 //     store that is down leaves messages unacked (they are redelivered with
 //     backoff); a redelivered episode already in the store is skipped by
 //     the store's episode-id dedupe, so every episode is stored exactly
-//     once. Once the store has refused every row for Config.StoreGiveUp,
-//     the episodes it refuses are dead-lettered with its error, and the
-//     dispatcher fails their runs with that reason.
+//     once. Once the store has refused every row of a run for
+//     Config.StoreGiveUp, the run's episodes it refuses are dead-lettered
+//     with its error, and the dispatcher fails the run with that reason.
 package service

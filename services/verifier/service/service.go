@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,8 +42,8 @@ type Config struct {
 	// abstention (verify.Options).
 	WrongAnswerPenalty float64
 	AckWait            time.Duration
-	// StoreGiveUp is how long the store may refuse every row before the
-	// verifier gives up on the episodes it cannot store (default 5 min):
+	// StoreGiveUp is how long the store may refuse every row of a run
+	// before the verifier gives up on the episodes it cannot store (default 5 min):
 	// each becomes a dead letter with the store's error, which fails its
 	// run, instead of being retried forever. Shorter outages (a restart)
 	// are ridden out.
@@ -100,7 +100,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if err != nil {
 		return fmt.Errorf("verifier: %w", err)
 	}
-	v := &verifier{runs: runs, store: st.Location(), scored: scored, conn: conn, lib: tasks.NewCache(cfg.DataRoot, cfg.TasksDir, cfg.LibraryDir), batch: batch, cfg: cfg, log: log,
+	v := &verifier{failingSince: map[string]time.Time{}, runs: runs, store: st.Location(), scored: scored, conn: conn, lib: tasks.NewCache(cfg.DataRoot, cfg.TasksDir, cfg.LibraryDir), batch: batch, cfg: cfg, log: log,
 		hashes: hashes}
 
 	rt, err := bus.NewRouter(conn, log)
@@ -126,11 +126,12 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 const DefaultStoreGiveUp = 5 * time.Minute
 
 type verifier struct {
-	// storeFailingSince is when the store began refusing rows, in Unix
-	// nanoseconds since the last row it took; 0 while it takes them.
-	storeFailingSince atomic.Int64
-	runs              *bus.Runs
-	store             string // where rows go, announced in every score
+	// failingSince is, per run, when the store began refusing the run's
+	// rows (since the last one it took).
+	failingMu    sync.Mutex
+	failingSince map[string]time.Time
+	runs         *bus.Runs
+	store        string // where rows go, announced in every score
 	// hashes are the task trees' hashes, recorded in every row.
 	hashes schemas.TreeHashes
 	scored *prometheus.CounterVec
@@ -201,9 +202,9 @@ func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
 	select {
 	case err := <-done:
 		if err != nil {
-			return v.storeFailed(fmt.Errorf("store episode %s: %w", req.EpisodeID, err))
+			return v.storeFailed(req.RunID, fmt.Errorf("store episode %s: %w", req.EpisodeID, err))
 		}
-		v.storeFailingSince.Store(0)
+		v.storeTook(req.RunID)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -214,18 +215,31 @@ func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
 }
 
 // storeFailed returns err, which JetStream redelivers with backoff, until
-// the store has refused every row for StoreGiveUp: then the episode is a
-// permanent failure, dead-lettered with err, and the dispatcher fails its
-// run with that reason (a store that stays unwritable would otherwise
-// retry the run's episodes forever).
-func (v *verifier) storeFailed(err error) error {
-	now := time.Now().UnixNano()
-	v.storeFailingSince.CompareAndSwap(0, now)
-	failing := time.Duration(now - v.storeFailingSince.Load())
-	if failing < v.cfg.StoreGiveUp {
-		return err
+// the store has refused every row of the run for StoreGiveUp: then the
+// episode is a permanent failure, dead-lettered with err, and the
+// dispatcher fails its run with that reason (a store that stays
+// unwritable would otherwise retry the run's episodes forever). The clock
+// is per run, so other runs' rows going through do not hide it.
+func (v *verifier) storeFailed(run string, err error) error {
+	now := time.Now()
+	v.failingMu.Lock()
+	since, ok := v.failingSince[run]
+	if !ok {
+		since = now
+		v.failingSince[run] = now
 	}
-	return bus.Permanent(fmt.Errorf("%w (the store has refused every row for %s: giving up)", err, failing.Round(time.Second)))
+	v.failingMu.Unlock()
+	if failing := now.Sub(since); failing >= v.cfg.StoreGiveUp {
+		return bus.Permanent(fmt.Errorf("%w (the store has refused every row of run %s for %s: giving up)", err, run, failing.Round(time.Second)))
+	}
+	return err
+}
+
+// storeTook resets the run's give-up clock.
+func (v *verifier) storeTook(run string) {
+	v.failingMu.Lock()
+	delete(v.failingSince, run)
+	v.failingMu.Unlock()
 }
 
 // treeHashes are the hashes of the task trees this verifier scores with:
