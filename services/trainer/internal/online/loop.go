@@ -2,6 +2,7 @@ package online
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -218,7 +219,7 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 	} else if err := l.conn.Publish(ctx, schemas.RunSubmitted.For(runID), schemas.MsgID("run", runID), spec); err != nil {
 		return rep, s, err
 	}
-	scores, err := l.waitScores(ctx, runID, len(spec.TaskIDs)*c.Samples)
+	scores, err := l.waitScores(ctx, runID)
 	if err != nil {
 		return rep, s, err
 	}
@@ -345,7 +346,7 @@ func (l *Loop) evaluate(ctx context.Context, it int, model string, v int) (EvalR
 	if err := l.conn.Publish(ctx, schemas.RunSubmitted.For(runID), schemas.MsgID("run", runID), spec); err != nil {
 		return EvalResult{}, err
 	}
-	scores, err := l.waitScores(ctx, runID, len(e.TaskIDs)*e.Samples)
+	scores, err := l.waitScores(ctx, runID)
 	if err != nil {
 		return EvalResult{}, fmt.Errorf("evaluation: %w", err)
 	}
@@ -391,10 +392,13 @@ func (l *Loop) taskIDs(it int) []string {
 	return out
 }
 
-// waitScores consumes the run's scores from JetStream until every episode
-// has one. total is known when the config names the tasks (else 0: it
-// comes from the dispatcher's run status).
-func (l *Loop) waitScores(ctx context.Context, runID string, total int) (map[string]schemas.Score, error) {
+// waitScores consumes the run's scores from JetStream until the
+// dispatcher's run status says the run is finished (as `medgym run`
+// does), then reads the scores that finished it. Only scores of episodes
+// the run's spec plans are returned, the first of each: a forged score
+// with an unplanned id, from any client allowed to publish scores, neither
+// ends the wait nor enters the batch.
+func (l *Loop) waitScores(ctx context.Context, runID string) (map[string]schemas.Score, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(l.cfg.WaitTimeout))
 	defer cancel()
 	cons, err := l.conn.JS.OrderedConsumer(ctx, schemas.StreamScores, jetstream.OrderedConsumerConfig{
@@ -406,15 +410,25 @@ func (l *Loop) waitScores(ctx context.Context, runID string, total int) (map[str
 	if err != nil {
 		return nil, fmt.Errorf("runs bucket: %w", err)
 	}
-	scores := map[string]schemas.Score{}
-	known := total > 0
-	for total == 0 || len(scores) < total {
+	read := map[string]schemas.Score{}
+	var rs schemas.RunStatus
+	for {
 		msg, err := cons.Next(jetstream.FetchMaxWait(time.Second))
 		switch {
 		case ctx.Err() != nil:
-			return nil, fmt.Errorf("run %s: %d/%d scores: %w", runID, len(scores), total, ctx.Err())
+			return nil, fmt.Errorf("run %s: %d/%d scores: %w", runID, rs.Done, rs.Total, ctx.Err())
 		case errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
-			// no score within the wait: look again
+			// Nothing more to read for now. A status read as finished
+			// before this wait means every score that finished the run
+			// was already read.
+			if rs.Finished {
+				return plannedScores(rs.Spec, read, l.log), nil
+			}
+			if e, err := kv.Get(ctx, runID); err == nil {
+				if json.Unmarshal(e.Value(), &rs) == nil && rs.Error != "" {
+					return nil, fmt.Errorf("run %s rejected by the dispatcher: %s", runID, rs.Error)
+				}
+			}
 		case err != nil:
 			// NATS is down or restarting: the ordered consumer resumes
 			// after the last score it delivered, so wait and look again
@@ -430,21 +444,32 @@ func (l *Loop) waitScores(ctx context.Context, runID string, total int) (map[str
 				l.log.Warn("undecodable score", "run", runID, "err", err)
 				continue
 			}
-			scores[sc.EpisodeID] = sc
-		}
-		if !known {
-			if e, err := kv.Get(ctx, runID); err == nil {
-				var rs schemas.RunStatus
-				if json.Unmarshal(e.Value(), &rs) == nil {
-					if rs.Error != "" {
-						return nil, fmt.Errorf("run %s rejected by the dispatcher: %s", runID, rs.Error)
-					}
-					total = rs.Total
-				}
+			if _, dup := read[sc.EpisodeID]; !dup {
+				read[sc.EpisodeID] = sc
 			}
 		}
 	}
-	return scores, nil
+}
+
+// plannedScores keeps the scores of episodes spec plans.
+func plannedScores(spec schemas.RunSpec, read map[string]schemas.Score, log *slog.Logger) map[string]schemas.Score {
+	out := make(map[string]schemas.Score, len(read))
+	var ignored int
+	var first error
+	for id, sc := range read {
+		claim := schemas.EpisodeClaim{RunID: sc.RunID, EpisodeID: sc.EpisodeID, TaskID: sc.TaskID, Dataset: sc.Dataset,
+			Category: sc.Category, Sample: sc.SampleIndex}
+		if err := spec.Admits(claim); err != nil {
+			ignored++
+			first = cmp.Or(first, err)
+			continue
+		}
+		out[id] = sc
+	}
+	if ignored > 0 {
+		log.Warn("scores of unplanned episodes ignored", "run", spec.RunID, "count", ignored, "first", first)
+	}
+	return out
 }
 
 // readRows reads the current run (which must hold every scored episode)
