@@ -57,3 +57,8 @@ func (d DeadLetter) Validate() error { return nil }
 func (d DeadLetter) IsScore() bool {
 	return strings.HasPrefix(d.Subject, string(schemas.EpisodeScored)+".")
 }
+
+// IsResult reports whether the dead letter was a finished episode's result.
+func (d DeadLetter) IsResult() bool {
+	return strings.HasPrefix(d.Subject, string(schemas.EpisodeCompleted)+".")
+}

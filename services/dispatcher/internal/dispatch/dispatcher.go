@@ -159,13 +159,17 @@ func (d *Dispatcher) put(ctx context.Context, st schemas.RunStatus, rev uint64) 
 	return d.deps.Runs.Update(ctx, st, rev)
 }
 
-// reject records that a run cannot be planned.
+// reject records that a run cannot be planned, or has failed: it ends the
+// run with cause as its error, unless the run already ended.
 func (d *Dispatcher) reject(ctx context.Context, runID string, cause error) {
 	for range casTries {
 		st, rev, err := d.status(ctx, runID)
 		if err != nil {
 			d.deps.Log.Error("reject run", "run", runID, "err", err, "cause", cause)
 			return
+		}
+		if st.Finished {
+			return // finished, or failed for an earlier reason, which stays
 		}
 		st.Error, st.Finished = cause.Error(), true
 		if _, err := d.put(ctx, st, rev); errors.Is(err, ErrConflict) {
@@ -196,6 +200,9 @@ func (d *Dispatcher) plan(ctx context.Context, spec schemas.RunSpec) (*Plan, err
 	sel := Select(spec, all)
 	if len(sel) == 0 {
 		return nil, fmt.Errorf("run %s selects no task (datasets %v, split %q)", spec.RunID, spec.Datasets, spec.Split)
+	}
+	if err := CheckReferences(spec, sel); err != nil {
+		return nil, err
 	}
 	return NewPlan(spec, sel, d.cfg.MaxEpisodes)
 }
@@ -317,6 +324,8 @@ func (d *Dispatcher) Wake(runID string) {
 // result for its episode, so the run still accounts for it. dl.Subject and
 // dl.Reason come from the dead letter's headers. A dead letter it cannot
 // account for fails with ErrDeadScore, ErrUnknownEpisode or ErrUnknownRun.
+// A dead-lettered result (a finished episode the verifier could not store)
+// fails the run instead.
 func (d *Dispatcher) DeadLetter(ctx context.Context, dl DeadLetter) error {
 	if dl.IsScore() {
 		// A score that could not be counted is no episode's only record
@@ -330,6 +339,13 @@ func (d *Dispatcher) DeadLetter(ctx context.Context, dl DeadLetter) error {
 	}
 	if _, _, err := d.status(ctx, req.RunID); errors.Is(err, ErrNotFound) {
 		return fmt.Errorf("%w: from %s, run %s (reason: %s)", ErrUnknownRun, dl.Subject, req.RunID, dl.Reason)
+	}
+	if dl.IsResult() {
+		// The verifier gave up storing a finished episode (its store
+		// refused every row for its --store-give-up): an infra_failure
+		// for it could not be stored either, so the run cannot complete.
+		d.reject(ctx, req.RunID, fmt.Errorf("the verifier could not store episode %s: %s", req.EpisodeID, dl.Reason))
+		return nil
 	}
 	res := schemas.EpisodeResult{Request: req, Termination: schemas.EndInfraFailure,
 		Error: fmt.Sprintf("dead letter from %s: %s", dl.Subject, dl.Reason), StartedAt: req.RequestedAt, FinishedAt: time.Now().UTC()}

@@ -40,6 +40,7 @@ func (f *fixture) dispatcher() *Dispatcher {
 			ts := mkTasks(10)
 			for i := range ts {
 				ts[i].View.Instruction, ts[i].View.PermittedActions = "Solve it.", []string{"validate_code"}
+				ts[i].Reference = "print(1)" // the reference policy needs one
 			}
 			return ts, nil
 		},
@@ -441,5 +442,29 @@ func TestStoreDownIsRetried(t *testing.T) {
 	}
 	if st := f.status("r"); st.Published != 3 {
 		t.Fatalf("published %d after the bus came back, want 3", st.Published)
+	}
+}
+
+// TestDeadResultFailsRun: a dead-lettered result (the verifier could not
+// store a finished episode) fails the run with the reason, publishes no
+// infra_failure, and a later failure does not overwrite the first.
+func TestDeadResultFailsRun(t *testing.T) {
+	f := newFixture(t)
+	d := f.started(f.spec("r", 2, 1, 2))
+	req := f.bus.requests()[0]
+	res := DeadLetter{Subject: schemas.EpisodeCompleted.For("r"), Reason: "store refused the row", Request: &req}
+	if err := d.DeadLetter(f.ctx, res); err != nil {
+		t.Fatal(err)
+	}
+	st := f.status("r")
+	if !st.Finished || !strings.Contains(st.Error, "store refused the row") || len(f.bus.results()) != 0 {
+		t.Fatalf("status %+v, %d results; want the run failed with the reason and no result", st, len(f.bus.results()))
+	}
+	res.Reason = "later"
+	if err := d.DeadLetter(f.ctx, res); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.status("r"); strings.Contains(st.Error, "later") {
+		t.Fatalf("a later failure replaced the first: %q", st.Error)
 	}
 }
