@@ -84,6 +84,14 @@ func (f *fixture) step(d *Dispatcher, run string) error {
 	return d.step(f.ctx, rs, newProgress(rs.plan.Len()), maxIn)
 }
 
+// stepOK runs one admission round of run on d, which must succeed.
+func (f *fixture) stepOK(d *Dispatcher, run string) {
+	f.t.Helper()
+	if err := f.step(d, run); err != nil {
+		f.t.Fatalf("step of run %s: %v", run, err)
+	}
+}
+
 func (f *fixture) status(run string) schemas.RunStatus {
 	f.t.Helper()
 	st, _, err := f.runs.Get(f.ctx, run)
@@ -190,16 +198,12 @@ func TestResume(t *testing.T) {
 	if st := f.status("bad"); !st.Finished || !strings.Contains(st.Error, "gone") {
 		t.Fatalf("unplannable run: %+v, want it failed with the cause", st)
 	}
-	if err := f.step(second, "open"); err != nil {
-		t.Fatal(err)
-	}
+	f.stepOK(second, "open")
 	if st := f.status("open"); st.Published != 2 {
 		t.Fatalf("resumed run published %d with none scored and a window of 2, want still 2", st.Published)
 	}
 	f.score(second, "open", 0)
-	if err := f.step(second, "open"); err != nil {
-		t.Fatal(err)
-	}
+	f.stepOK(second, "open")
 	reqs := f.bus.requests()
 	if st := f.status("open"); st.Published != 3 || len(reqs) != 4 || reqs[3].EpisodeID == reqs[0].EpisodeID {
 		t.Fatalf("after a score the resumed run published %d (bus %d), want the third episode", st.Published, len(reqs))
@@ -261,9 +265,7 @@ func TestTwoDispatchersConflict(t *testing.T) {
 	if f.refused["duplicate"] != 1 {
 		t.Fatalf("refused %v, want one duplicate", f.refused)
 	}
-	if err := f.step(b, "shared"); err != nil {
-		t.Fatal(err)
-	}
+	f.stepOK(b, "shared")
 	st := f.status("shared")
 	reqs := f.bus.requests()
 	if st.Published != 3 || st.Done != 1 || len(reqs) != 3 {
@@ -286,9 +288,7 @@ func TestRedeliveredSubmission(t *testing.T) {
 	if keys := f.runs.keys(); len(keys) != 1 || len(d.active) != 1 {
 		t.Fatalf("runs %v, loops %d, want one of each", keys, len(d.active))
 	}
-	if err := f.step(d, "r"); err != nil {
-		t.Fatal(err)
-	}
+	f.stepOK(d, "r")
 	f.score(d, "r", 0)
 	if err := f.step(d, "r"); !errors.Is(err, errRunOver) {
 		t.Fatalf("step %v, want the run over", err)
@@ -333,9 +333,7 @@ func TestScoredRefusals(t *testing.T) {
 			t.Fatalf("%s: refused %v, want one more %s", tc.name, f.refused, tc.reason)
 		}
 	}
-	if err := f.step(d, "r"); err != nil {
-		t.Fatal(err)
-	}
+	f.stepOK(d, "r")
 	if st := f.status("r"); st.Done != 1 {
 		t.Fatalf("done %d, want only the valid score counted", st.Done)
 	}
@@ -437,9 +435,7 @@ func TestStoreDownIsRetried(t *testing.T) {
 		t.Fatalf("published %d while the bus was down", st.Published)
 	}
 	f.bus.fail = nil
-	if err := f.step(d, "r"); err != nil {
-		t.Fatal(err)
-	}
+	f.stepOK(d, "r")
 	if st := f.status("r"); st.Published != 3 {
 		t.Fatalf("published %d after the bus came back, want 3", st.Published)
 	}
