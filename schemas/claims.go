@@ -71,7 +71,7 @@ func (s RunSpec) Admits(c EpisodeClaim) error {
 		return fmt.Errorf("episode %s: dataset %q is not one of run %s's %v", c.EpisodeID, c.Dataset, s.RunID, s.Datasets)
 	case c.Category != "" && len(s.Categories) > 0 && !slices.Contains(s.Categories, c.Category):
 		return fmt.Errorf("episode %s: category %q is not selected by run %s", c.EpisodeID, c.Category, s.RunID)
-	case len(s.TaskIDs) > 0 && !slices.Contains(s.TaskIDs, c.TaskID):
+	case len(s.TaskIDs) > 0 && !slices.ContainsFunc(s.TaskIDs, func(want string) bool { return MatchTaskID(c.TaskID, want) }):
 		return fmt.Errorf("episode %s: task %q is not selected by run %s", c.EpisodeID, c.TaskID, s.RunID)
 	case c.Sample < -1:
 		return fmt.Errorf("episode %s: negative sample %d", c.EpisodeID, c.Sample)
@@ -92,4 +92,14 @@ func (s RunSpec) Admits(c EpisodeClaim) error {
 		return fmt.Errorf("episode %s is not a planned episode of task %s in run %s", c.EpisodeID, c.TaskID, s.RunID)
 	}
 	return nil
+}
+
+// MatchTaskID reports whether task id answers to want, as a run spec's task
+// list selects it: the same id, or an upstream task id
+// "<dataset>-<index>-<identity>" asked for by its "<dataset>-<index>" part
+// (upstream's own index). The dispatcher plans and the workers admit
+// episodes by this one rule.
+func MatchTaskID(id, want string) bool {
+	return id == want || (strings.HasPrefix(id, want+"-") && !strings.Contains(id[len(want)+1:], "-") &&
+		want != "" && want[len(want)-1] >= '0' && want[len(want)-1] <= '9')
 }

@@ -60,4 +60,17 @@ func TestRunSpecAdmits(t *testing.T) {
 	if err := withTasks.Admits(claim(nil)); err == nil {
 		t.Error("a task outside the spec's task ids was admitted")
 	}
+	// An upstream task asked for by upstream's own index ("<dataset>-<index>")
+	// is admitted under its full id, as the dispatcher plans it; a longer
+	// index is another task.
+	upstream := spec
+	upstream.TaskIDs = []string{"eicu-4"}
+	full := claim(func(c *schemas.EpisodeClaim) { c.TaskID, c.EpisodeID = "eicu-4-row7", schemas.EpisodeID("r1", "eicu-4-row7", 1) })
+	if err := upstream.Admits(full); err != nil {
+		t.Errorf("upstream task by its index: %v", err)
+	}
+	other := claim(func(c *schemas.EpisodeClaim) { c.TaskID, c.EpisodeID = "eicu-41-row9", schemas.EpisodeID("r1", "eicu-41-row9", 1) })
+	if err := upstream.Admits(other); err == nil {
+		t.Error("eicu-41 admitted for eicu-4")
+	}
 }

@@ -277,13 +277,9 @@ func upIdent(sp upSpec, r upRow) (raw, suffix string) {
 	return v, b.String()
 }
 
-// MatchID reports whether task id answers to want: the same id, or an
-// upstream task id "<dataset>-<index>-<identity>" asked for by its
-// "<dataset>-<index>" part (upstream's own index).
-func MatchID(id, want string) bool {
-	return id == want || (strings.HasPrefix(id, want+"-") && !strings.Contains(id[len(want)+1:], "-") &&
-		want != "" && want[len(want)-1] >= '0' && want[len(want)-1] <= '9')
-}
+// MatchID reports whether task id answers to want (schemas.MatchTaskID: the
+// same id, or an upstream id asked for by its "<dataset>-<index>" part).
+func MatchID(id, want string) bool { return schemas.MatchTaskID(id, want) }
 
 // UpstreamPresent lists the upstream datasets that have a folder under
 // dir, sorted.

@@ -78,12 +78,19 @@ func TestResubmitSameRunIsIdempotent(t *testing.T) {
 func TestSandboxExecCLI(t *testing.T) {
 	// The sandbox runs as uid 65534: the data dir and its parents must be
 	// reachable by others, which t.TempDir (0700 parent) is not.
-	data, err := os.MkdirTemp("", "medgym-exec-")
+	// `--data DIR` makes DIR's parent the sandbox's data root, which the
+	// worker checks for verifier-only files: give DIR a parent of its own
+	// rather than /tmp, where other tests' task files may lie.
+	parent, err := os.MkdirTemp("", "medgym-exec-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(data) })
-	if err := os.Chmod(data, 0o755); err != nil {
+	t.Cleanup(func() { _ = os.RemoveAll(parent) })
+	data := filepath.Join(parent, "exec")
+	if err := os.Mkdir(data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(parent, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(data, "vitals.csv"), []byte("id,hr\n1,80\n2,100\n"), 0o644); err != nil {

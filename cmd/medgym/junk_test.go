@@ -70,7 +70,7 @@ func startMeteredPipeline(t *testing.T, ctx context.Context, f *runFlags) (*bus.
 	})
 	goRun("sandbox-worker", func(ctx context.Context) error {
 		return sandboxworker.Run(ctx, conn, sandboxworker.Config{Metrics: m,
-			Sandbox: sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: f.library,
+			Sandbox: sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: tasks.AgentTree(f.library),
 				Limits: sandboxworker.Limits{MemoryBytes: int64(f.memoryMB) << 20}},
 			Worker: "sandbox"}, log)
 	})
