@@ -65,11 +65,15 @@ func TestRunSpecAdmits(t *testing.T) {
 	// index is another task.
 	upstream := spec
 	upstream.TaskIDs = []string{"eicu-4"}
-	full := claim(func(c *schemas.EpisodeClaim) { c.TaskID, c.EpisodeID = "eicu-4-row7", schemas.EpisodeID("r1", "eicu-4-row7", 1) })
+	full := claim(func(c *schemas.EpisodeClaim) {
+		c.TaskID, c.EpisodeID = "eicu-4-row7", schemas.EpisodeID("r1", "eicu-4-row7", 1)
+	})
 	if err := upstream.Admits(full); err != nil {
 		t.Errorf("upstream task by its index: %v", err)
 	}
-	other := claim(func(c *schemas.EpisodeClaim) { c.TaskID, c.EpisodeID = "eicu-41-row9", schemas.EpisodeID("r1", "eicu-41-row9", 1) })
+	other := claim(func(c *schemas.EpisodeClaim) {
+		c.TaskID, c.EpisodeID = "eicu-41-row9", schemas.EpisodeID("r1", "eicu-41-row9", 1)
+	})
 	if err := upstream.Admits(other); err == nil {
 		t.Error("eicu-41 admitted for eicu-4")
 	}
