@@ -187,7 +187,7 @@ func TestRobustness200Episodes(t *testing.T) {
 	defer srv.Close()
 	f.policy, f.llmURL, f.model, f.runID = "openai", srv.URL+"/v1", fakellm.DefaultModel, fl.runID
 	f.taskIDs, f.maxTurns = strings.Join(ids, ","), 3
-	f.llmRetries, f.llmTimeout = 8, 30*time.Second
+	f.llm.LLM.MaxRetries, f.llm.LLM.Timeout = 8, 30*time.Second
 	spec, err := f.spec()
 	if err != nil {
 		t.Fatal(err)
@@ -403,18 +403,12 @@ func startPipeline(t *testing.T, ctx context.Context, f *runFlags) *pipeline {
 			}
 		})
 	}
-	goRun("dispatcher", func(ctx context.Context) error {
-		return dispatcher.Run(ctx, conn, dispatcher.Config{DataRoot: f.data, LibraryDir: f.library}, log)
-	})
-	goRun("sandbox-worker", func(ctx context.Context) error {
-		return sandboxworker.Run(ctx, conn, sandboxworker.Config{
-			Sandbox: sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: tasks.AgentTree(f.library),
-				Limits: sandboxworker.Limits{MemoryBytes: int64(f.memoryMB) << 20}},
-			Worker: "sandbox"}, log)
-	})
-	goRun("verifier", func(ctx context.Context) error {
-		return verifier.Run(ctx, conn, verifier.Config{DataRoot: f.data, LibraryDir: f.library, Store: f.store}, log)
-	})
+	// The CLI's own wiring, less the llm-worker (started by llmWorker).
+	dc, _, sc, vc := f.configs("")
+	sc.Sandbox.DataRoot, sc.Worker = tasks.AgentTree(f.library), "sandbox"
+	goRun("dispatcher", func(ctx context.Context) error { return dispatcher.Run(ctx, conn, dc, log) })
+	goRun("sandbox-worker", func(ctx context.Context) error { return sandboxworker.Run(ctx, conn, sc, log) })
+	goRun("verifier", func(ctx context.Context) error { return verifier.Run(ctx, conn, vc, log) })
 	return &pipeline{conn: conn, f: f}
 }
 
@@ -489,7 +483,7 @@ func TestResumeAfterWorkerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec.Policy.BaseURL = "" // each worker uses its default endpoint
-	if err := p.conn.Publish(ctx, schemas.RunSubmitted.For(spec.RunID), schemas.MsgID("run", spec.RunID), spec); err != nil {
+	if err := bus.SubmitRun(ctx, p.conn, spec); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -32,6 +32,8 @@ type Config struct {
 	// MaxEpisodes bounds tasks × samples of one run (default
 	// dispatch.DefaultMaxEpisodes); a larger run is refused.
 	MaxEpisodes int
+
+	envErr error // a malformed environment fallback (RegisterFlags)
 }
 
 // Dispatcher runs runs.
@@ -61,6 +63,9 @@ type runState struct {
 
 // Run serves until ctx is done.
 func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
 	if cfg.Tick == 0 {
 		cfg.Tick = 500 * time.Millisecond
 	}
@@ -348,7 +353,7 @@ func (d *Dispatcher) deadLetter(ctx context.Context, dl DeadLetter) error {
 	res := schemas.EpisodeResult{Request: req, Termination: schemas.EndInfraFailure,
 		Error: fmt.Sprintf("dead letter from %s: %s", dl.Subject, dl.Reason), StartedAt: req.RequestedAt, FinishedAt: time.Now().UTC()}
 	d.log.Warn("episode dead-lettered: recording infra_failure", "run", req.RunID, "episode", req.EpisodeID, "reason", dl.Reason)
-	return d.conn.Publish(ctx, schemas.EpisodeCompleted.For(req.RunID), schemas.MsgID(req.EpisodeID, "result"), res)
+	return d.conn.Publish(ctx, schemas.EpisodeCompleted.For(req.RunID), schemas.ResultMsgID(req.EpisodeID), res)
 }
 
 func (d *Dispatcher) requestFor(ctx context.Context, dl DeadLetter) (schemas.EpisodeRequest, bool) {

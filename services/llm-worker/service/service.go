@@ -43,6 +43,9 @@ type Config struct {
 
 // Run serves until ctx is done.
 func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("llm-worker: %w", err)
+	}
 	if cfg.Concurrency < 1 {
 		cfg.Concurrency = 16
 	}
@@ -176,7 +179,7 @@ func (w *worker) publish(ctx context.Context, st schemas.EpisodeState, step epis
 			schemas.MsgID(step.Action.Ref.EpisodeID, step.Action.Ref.Turn, "action"), *step.Action)
 	case step.Result != nil:
 		return w.conn.Publish(ctx, schemas.EpisodeCompleted.For(run),
-			schemas.MsgID(step.Result.Request.EpisodeID, "result"), *step.Result)
+			schemas.ResultMsgID(step.Result.Request.EpisodeID), *step.Result)
 	}
 	return nil
 }

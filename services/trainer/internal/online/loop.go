@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,9 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/schemas"
@@ -155,7 +151,7 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 			APIKeyEnv: c.Serving.APIKeyEnv, Temperature: c.Temperature, Seed: c.Seed, MaxTokens: c.Serving.MaxTokens,
 			Logprobs: c.Serving.Logprobs, Version: v},
 		SubmittedAt: time.Now().UTC()}
-	if err := l.conn.Publish(ctx, schemas.RunSubmitted.For(runID), schemas.MsgID("run", runID), spec); err != nil {
+	if err := bus.SubmitRun(ctx, l.conn, spec); err != nil {
 		return rep, s, err
 	}
 	scores, err := l.waitScores(ctx, runID, len(spec.TaskIDs)*c.Samples)
@@ -248,56 +244,33 @@ func (l *Loop) taskIDs(it int) []string {
 	return out
 }
 
-// waitScores consumes the run's scores from JetStream until every episode
-// has one. total is known when the config names the tasks (else 0: it
-// comes from the dispatcher's run status).
+// waitScores follows the run's scores (bus.FollowRun) until every
+// episode has one. total is known when the config names the tasks (else
+// 0: it comes from the dispatcher's run status).
 func (l *Loop) waitScores(ctx context.Context, runID string, total int) (map[string]schemas.Score, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(l.cfg.WaitTimeout))
 	defer cancel()
-	cons, err := l.conn.JS.OrderedConsumer(ctx, schemas.StreamScores, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{schemas.EpisodeScored.For(runID)}})
-	if err != nil {
-		return nil, fmt.Errorf("follow scores of %s: %w", runID, err)
-	}
-	kv, err := l.conn.JS.KeyValue(ctx, schemas.BucketRuns)
-	if err != nil {
-		return nil, fmt.Errorf("runs bucket: %w", err)
-	}
 	scores := map[string]schemas.Score{}
-	for total == 0 || len(scores) < total {
-		msg, err := cons.Next(jetstream.FetchMaxWait(time.Second))
-		switch {
-		case ctx.Err() != nil:
-			return nil, fmt.Errorf("run %s: %d/%d scores: %w", runID, len(scores), total, ctx.Err())
-		case errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
-			// no score within the wait: look again
-		case err != nil:
-			// NATS is down or restarting: the ordered consumer resumes
-			// after the last score it delivered, so wait and look again
-			// (WaitTimeout bounds the whole wait).
-			l.log.Warn("follow scores: retrying", "run", runID, "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
+	for p, err := range bus.FollowRun(ctx, l.conn, runID, time.Second) {
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("run %s: %d/%d scores: %w", runID, len(scores), total, ctx.Err())
 			}
-		default:
-			sc, err := schemas.Decode[schemas.Score](msg.Data())
-			if err != nil {
-				l.log.Warn("undecodable score", "run", runID, "err", err)
-				continue
-			}
+			return nil, err
+		}
+		if p.Err != nil {
+			// NATS is down or restarting: the follow resumes after the
+			// last score it delivered (WaitTimeout bounds the whole wait).
+			l.log.Warn("follow scores: retrying", "run", runID, "err", p.Err)
+		}
+		for _, sc := range p.Scores {
 			scores[sc.EpisodeID] = sc
 		}
-		if len(l.cfg.TaskIDs) == 0 {
-			if e, err := kv.Get(ctx, runID); err == nil {
-				var rs schemas.RunStatus
-				if json.Unmarshal(e.Value(), &rs) == nil {
-					if rs.Error != "" {
-						return nil, fmt.Errorf("run %s rejected by the dispatcher: %s", runID, rs.Error)
-					}
-					total = rs.Total
-				}
-			}
+		if len(l.cfg.TaskIDs) == 0 && p.Status.Total > 0 {
+			total = p.Status.Total
+		}
+		if total > 0 && len(scores) >= total {
+			break
 		}
 	}
 	return scores, nil
