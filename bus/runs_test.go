@@ -43,16 +43,8 @@ func TestSubmitRunOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s, err := conn.JS.Stream(ctx, schemas.StreamRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs != 1 {
-		t.Fatalf("%d messages after two submissions, want 1", info.State.Msgs)
+	if n := streamMsgs(t, ctx, conn, schemas.StreamRuns); n != 1 {
+		t.Fatalf("%d messages after two submissions, want 1", n)
 	}
 }
 
@@ -103,6 +95,7 @@ func TestFollowRunEnds(t *testing.T) {
 		t.Fatalf("rejected run: %v", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	n := 0
 	for _, err = range bus.FollowRun(cctx, conn, "never", 10*time.Millisecond) {
 		if n++; n == 3 {
@@ -112,4 +105,18 @@ func TestFollowRunEnds(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled follow: %v", err)
 	}
+}
+
+// streamMsgs is the number of messages stream holds.
+func streamMsgs(t *testing.T, ctx context.Context, conn *bus.Conn, stream string) uint64 {
+	t.Helper()
+	s, err := conn.JS.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
 }

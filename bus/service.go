@@ -24,6 +24,9 @@ type Component interface {
 	Validate() error
 	// LogValue is what the process logs at start; secrets redacted.
 	slog.LogValuer
+	// Serve runs the service on conn until ctx is done, measured by
+	// metrics (the service's Run with this configuration).
+	Serve(ctx context.Context, conn *Conn, metrics *Metrics, log *slog.Logger) error
 }
 
 // Node is how a service process reaches the bus: the NATS URL, its TLS
@@ -45,10 +48,9 @@ func (n *Node) RegisterFlags(fs *flag.FlagSet, getenv func(string) string, metri
 
 // RunService is the whole of a service's main: it parses args into the
 // node flags and cfg, validates cfg, connects (ensuring the streams and
-// serving metrics) and calls run until ctx is done. name labels the
+// serving metrics) and serves cfg until ctx is done. name labels the
 // connection and every log line.
-func RunService(ctx context.Context, name, metricsDefault string, args []string, getenv func(string) string, stderr io.Writer,
-	cfg Component, run func(ctx context.Context, conn *Conn, metrics *Metrics, log *slog.Logger) error) error {
+func RunService(ctx context.Context, name, metricsDefault string, args []string, getenv func(string) string, stderr io.Writer, cfg Component) error {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var node Node
@@ -70,7 +72,7 @@ func RunService(ctx context.Context, name, metricsDefault string, args []string,
 		return err
 	}
 	defer conn.Close()
-	return run(ctx, conn, metrics, log)
+	return cfg.Serve(ctx, conn, metrics, log)
 }
 
 // EnvOr returns getenv(k), or def when it is empty.

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -54,4 +55,10 @@ func (c Config) Validate() error {
 // LogValue is the configuration logged at start.
 func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(slog.String("data", c.DataRoot), slog.String("library", c.LibraryDir), slog.Int("max_episodes", c.MaxEpisodes))
+}
+
+// Serve runs the dispatcher with this configuration, measured by metrics.
+func (c Config) Serve(ctx context.Context, conn *bus.Conn, metrics *bus.Metrics, log *slog.Logger) error {
+	c.Metrics = metrics
+	return Run(ctx, conn, c, log)
 }

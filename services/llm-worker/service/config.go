@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -59,4 +60,10 @@ func (c Config) Validate() error {
 func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(slog.String("data", c.DataRoot), slog.String("llm_url", schemas.RedactURL(c.LLM.DefaultBaseURL)),
 		slog.Int("concurrency", c.Concurrency), slog.String("worker", c.Worker))
+}
+
+// Serve runs the llm-worker with this configuration, measured by metrics.
+func (c Config) Serve(ctx context.Context, conn *bus.Conn, metrics *bus.Metrics, log *slog.Logger) error {
+	c.Metrics = metrics
+	return Run(ctx, conn, c, log)
 }

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -86,4 +87,10 @@ func (m *megabytes) Set(v string) error {
 	}
 	*m = megabytes(n << 20)
 	return nil
+}
+
+// Serve runs the sandbox-worker with this configuration, measured by metrics.
+func (c Config) Serve(ctx context.Context, conn *bus.Conn, metrics *bus.Metrics, log *slog.Logger) error {
+	c.Metrics = metrics
+	return Run(ctx, conn, c, log)
 }

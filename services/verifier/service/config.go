@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -110,4 +111,10 @@ func (s Scoring) Validate() error {
 
 func (s Scoring) options(mode verify.Mode) verify.Options {
 	return verify.Options{Mode: mode, FormatReward: s.FormatReward, GradedML: s.GradedML, WrongAnswerPenalty: s.WrongAnswerPenalty}
+}
+
+// Serve runs the verifier with this configuration, measured by metrics.
+func (c Config) Serve(ctx context.Context, conn *bus.Conn, metrics *bus.Metrics, log *slog.Logger) error {
+	c.Metrics = metrics
+	return Run(ctx, conn, c, log)
 }
