@@ -24,15 +24,15 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.IntVar(&sb.DockerReady, "docker-ready", 2, "containers the docker backend keeps started and ready for new episodes (0: each episode starts its own)")
 	fs.StringVar(&sb.WorkRoot, "work-root", "", "directory for per-episode workspaces (default: a temp dir)")
 	fs.IntVar(&sb.Warm, "warm", 0, "warm Python interpreters (0 = cold runs)")
-	fs.BoolFunc("seccomp", "seccomp syscall filter in the bwrap sandbox (default true; --seccomp=false turns it off)", func(v string) error {
+	fs.BoolFunc("seccomp", "seccomp syscall filter in the bwrap sandbox (default true; =false turns it off)", func(v string) error {
 		on, err := strconv.ParseBool(v)
 		sb.DisableSeccomp = !on
 		return err
 	})
 	fs.BoolVar(&sb.RequireCgroups, "require-cgroups", getenv("MEDGYM_REQUIRE_CGROUPS") == "1", "bwrap backend: refuse to start without per-run cgroups (v1, or v2 with memory, pids and cpu delegated) instead of falling back to rlimits (env MEDGYM_REQUIRE_CGROUPS=1)")
 	sb.Limits.MemoryBytes, sb.Limits.DiskBytes = 2048<<20, 1024<<20
-	fs.Var((*megabytes)(&sb.Limits.MemoryBytes), "memory-mb", "memory limit of one run (default 2048)")
-	fs.Var((*megabytes)(&sb.Limits.DiskBytes), "disk-mb", "workspace disk quota of one episode; a run that grows it past this is killed (-1: none) (default 1024)")
+	fs.Var((*megabytes)(&sb.Limits.MemoryBytes), "memory-mb", "memory limit of one run")
+	fs.Var((*megabytes)(&sb.Limits.DiskBytes), "disk-mb", "workspace disk quota of one episode; a run that grows it past this is killed (-1: none)")
 	fs.IntVar(&c.Concurrency, "concurrency", 2, "actions at once")
 	fs.StringVar(&c.Worker, "name", host+"/sandbox-worker", "worker name recorded in observations")
 	fs.DurationVar(&c.AckWait, "ack-wait", 60*time.Second, "how long a message may go unacked (in-progress acks keep long work alive) before another process gets it")
