@@ -43,8 +43,8 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	data := fs.String("data", tasks.DataRoot(), "shared data root (task sources); env MEDGYM_DATA")
 	library := fs.String("library", tasks.LibraryDir(), "generated task library, mounted into the sandbox like the run")
 	tasksDir := fs.String("tasks-dir", "", "upstream MedAgentGym task folder (if the run used one)")
-	backend := fs.String("sandbox-backend", "bwrap", "sandbox backend: bwrap or docker")
-	memoryMB := fs.Int("sandbox-memory-mb", 2048, "memory limit of one sandboxed run")
+	var sandbox sandboxworker.Config // the sandbox-worker's flags, named as on medgym run
+	registerComponent(fs, "sandbox-worker", &sandbox)
 	conc := fs.Int("concurrency", 2, "episodes replayed at once")
 	logLevel := fs.String("log", "warn", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -54,6 +54,9 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return errors.New("usage: medgym replay --store DIR|s3://... --run ID [--episode ID] [--verifier-mode strict|upstream] [--write]")
 	}
 	if err := scoring.Validate(); err != nil {
+		return err
+	}
+	if err := sandbox.Validate(); err != nil {
 		return err
 	}
 	if *mode != "" {
@@ -96,8 +99,8 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer cleanup()
-	sb, err := sandboxworker.Open(ctx, sandboxworker.SandboxConfig{Backend: *backend, DataRoot: agent,
-		Limits: sandboxworker.Limits{MemoryBytes: int64(*memoryMB) << 20}}, logger)
+	sandbox.Sandbox.DataRoot = agent
+	sb, err := sandboxworker.Open(ctx, sandbox.Sandbox, logger)
 	if err != nil {
 		return err
 	}
