@@ -30,7 +30,8 @@ type Component interface {
 }
 
 // Node is how a service process reaches the bus: the NATS URL, its TLS
-// files and the address of /metrics and /healthz.
+// files and the address of /metrics and /healthz. Credentials come from
+// the environment only (AuthFromEnv).
 type Node struct {
 	URL         string
 	MetricsAddr string
@@ -66,8 +67,12 @@ func RunService(ctx context.Context, name, metricsDefault string, args []string,
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", name)
+	auth, err := AuthFromEnv(getenv)
+	if err != nil {
+		return err
+	}
 	log.Info("config", "nats", schemas.RedactURL(node.URL), "config", cfg)
-	conn, metrics, err := Start(ctx, node.URL, name, node.MetricsAddr, log, WithTLS(node.TLS))
+	conn, metrics, err := Start(ctx, node.URL, name, node.MetricsAddr, log, WithTLS(node.TLS), WithAuth(auth))
 	if err != nil {
 		return err
 	}

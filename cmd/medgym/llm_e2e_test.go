@@ -19,11 +19,8 @@ import (
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/bus/embedded"
 	"github.com/medgym/medgym/schemas"
-	dispatcher "github.com/medgym/medgym/services/dispatcher/service"
 	"github.com/medgym/medgym/services/llm-worker/fakellm"
 	llmworker "github.com/medgym/medgym/services/llm-worker/service"
-	sandboxworker "github.com/medgym/medgym/services/sandbox-worker/service"
-	verifier "github.com/medgym/medgym/services/verifier/service"
 	"github.com/medgym/medgym/tasks"
 )
 
@@ -393,22 +390,8 @@ func startPipeline(t *testing.T, ctx context.Context, f *runFlags) *pipeline {
 	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	svcCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	t.Cleanup(func() { stop(); wg.Wait() })
-	goRun := func(name string, run func(context.Context) error) {
-		wg.Go(func() {
-			if err := run(svcCtx); err != nil && svcCtx.Err() == nil {
-				t.Errorf("%s: %v", name, err)
-			}
-		})
-	}
 	// The CLI's own wiring, less the llm-worker (started by llmWorker).
-	dc, _, sc, vc := f.configs("")
-	sc.Sandbox.DataRoot, sc.Worker = tasks.AgentTree(f.library), "sandbox"
-	goRun("dispatcher", func(ctx context.Context) error { return dispatcher.Run(ctx, conn, dc, log) })
-	goRun("sandbox-worker", func(ctx context.Context) error { return sandboxworker.Run(ctx, conn, sc, log) })
-	goRun("verifier", func(ctx context.Context) error { return verifier.Run(ctx, conn, vc, log) })
+	goServices(t, ctx, f, func(string) *bus.Conn { return conn }, nil, log, tasks.AgentTree(f.library), "llm-worker")
 	return &pipeline{conn: conn, f: f}
 }
 

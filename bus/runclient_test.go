@@ -106,17 +106,3 @@ func TestFollowRunEnds(t *testing.T) {
 		t.Fatalf("cancelled follow: %v", err)
 	}
 }
-
-// streamMsgs is the number of messages stream holds.
-func streamMsgs(t *testing.T, ctx context.Context, conn *bus.Conn, stream string) uint64 {
-	t.Helper()
-	s, err := conn.JS.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
-}
