@@ -21,8 +21,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
 	defMax := dispatch.DefaultMaxEpisodes
 	if v := getenv("MEDGYM_MAX_EPISODES"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil {
-			c.envErr = fmt.Errorf("MEDGYM_MAX_EPISODES: %q is not an integer", v)
+		if err != nil || n < 1 {
+			c.envErr = fmt.Errorf("MEDGYM_MAX_EPISODES: %q is not an integer ≥ 1", v)
 		}
 		defMax = n
 	}
