@@ -57,7 +57,7 @@ var componentFlags = map[string]componentFlag{
 			"debugger-url", "debugger-model", "debugger-api-key-env", "system-as-user"}},
 	"sandbox-worker": {prefix: "sandbox", skip: []string{"agent-tree"}, keep: []string{"warm", "docker-ready", "require-cgroups"}},
 	"verifier": {prefix: "verifier", skip: []string{"data", "library", "tasks-dir", "store"},
-		keep: []string{"s3-endpoint", "s3-region", "s3-insecure", "format-reward", "wrong-answer-penalty", "graded-ml"}},
+		keep: []string{"s3-endpoint", "s3-region", "s3-insecure", "format-reward", "wrong-answer-penalty", "graded-ml", "store-give-up"}},
 }
 
 // registerComponent adds c's flags to fs, named as componentFlags says.

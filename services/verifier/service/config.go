@@ -36,6 +36,12 @@ type Config struct {
 	// Scoring are the reward settings; `medgym replay` scores with the same.
 	Scoring Scoring
 	AckWait time.Duration
+	// StoreGiveUp is how long the store may refuse every row of a run
+	// before the verifier gives up on the episodes it cannot store (default 5 min):
+	// each becomes a dead letter with the store's error, which fails its
+	// run, instead of being retried forever. Shorter outages (a restart)
+	// are ridden out.
+	StoreGiveUp time.Duration
 }
 
 // RegisterFlags adds the verifier's flags (env fallbacks for the data
@@ -55,6 +61,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
 	})
 	fs.IntVar(&c.Concurrency, "concurrency", 32, "episodes scored and stored at once (rows per Parquet file at most)")
 	fs.DurationVar(&c.BatchAge, "batch-age", time.Second, "roll a Parquet file at least this often while episodes arrive")
+	fs.DurationVar(&c.StoreGiveUp, "store-give-up", DefaultStoreGiveUp, "how long the store may refuse every row of a run before the run fails with its error (instead of its episodes being retried forever)")
 	fs.DurationVar(&c.AckWait, "ack-wait", 60*time.Second, "how long a message may go unacked (in-progress acks keep long work alive) before another process gets it")
 	c.Scoring.RegisterFlags(fs)
 }
@@ -64,8 +71,8 @@ func (c Config) Validate() error {
 	if c.Concurrency < 0 {
 		return fmt.Errorf("verifier: --concurrency %d: must be ≥ 1 (0: the default)", c.Concurrency)
 	}
-	if c.BatchAge < 0 || c.AckWait < 0 {
-		return errors.New("verifier: --batch-age and --ack-wait must be positive")
+	if c.BatchAge < 0 || c.AckWait < 0 || c.StoreGiveUp < 0 {
+		return errors.New("verifier: --batch-age, --ack-wait and --store-give-up must be positive")
 	}
 	return c.Scoring.Validate()
 }
