@@ -70,16 +70,8 @@ func TestPublishDedupesByMsgID(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s, err := bus.JetStream(conn).Stream(ctx, schemas.StreamScores)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs != 1 {
-		t.Fatalf("stream holds %d messages after 3 publishes with one msg id, want 1", info.State.Msgs)
+	if n := streamMsgs(t, ctx, conn, schemas.StreamScores); n != 1 {
+		t.Fatalf("stream holds %d messages after 3 publishes with one msg id, want 1", n)
 	}
 	if err := conn.Publish(ctx, schemas.EpisodeScored.For("r1"), "x", schemas.Score{}); !bus.IsPermanent(err) {
 		t.Fatalf("publishing an invalid message: err = %v, want a permanent error", err)

@@ -24,27 +24,11 @@ const python = "/usr/bin/python3"
 // the directory holding go.work.
 func dataRoot(t *testing.T) string {
 	t.Helper()
-	if d := os.Getenv("MEDGYM_DATA"); d != "" {
-		return d
+	d := DataRoot()
+	if _, err := os.Stat(filepath.Join(d, medCalcFile)); err != nil {
+		t.Skipf("no shared data at %s", d)
 	}
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			d := filepath.Join(dir, "..", "shared", "data")
-			if _, err := os.Stat(filepath.Join(d, medCalcFile)); err != nil {
-				t.Skipf("no shared data at %s", d)
-			}
-			return d
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("no go.work above the test directory and MEDGYM_DATA unset")
-		}
-		dir = parent
-	}
+	return d
 }
 
 func loadAllMedCalc(t *testing.T) []Task {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,10 +20,6 @@ import (
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/bus/bustest"
 	"github.com/medgym/medgym/schemas"
-	dispatcher "github.com/medgym/medgym/services/dispatcher/service"
-	llmworker "github.com/medgym/medgym/services/llm-worker/service"
-	sandboxworker "github.com/medgym/medgym/services/sandbox-worker/service"
-	verifier "github.com/medgym/medgym/services/verifier/service"
 )
 
 // deployUsers are the users of deploy/nats/auth.conf and the variables
@@ -237,37 +231,13 @@ func TestDeployNATSAuth(t *testing.T) {
 	f := baseFlags(t)
 	f.limit, f.runID = 2, "auth"
 	f.library = sandboxReachableDir(t)
-	svcCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() { stop(); wg.Wait() }()
-	quiet := slog.New(slog.DiscardHandler)
-	goRun := func(name string, run func(context.Context) error) {
-		wg.Go(func() {
-			if err := run(svcCtx); err != nil && svcCtx.Err() == nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("%s: %v", name, err)
-			}
-		})
-	}
-	goRun("dispatcher", func(ctx context.Context) error {
-		return dispatcher.Run(ctx, conns["dispatcher"], dispatcher.Config{DataRoot: f.data, LibraryDir: f.library}, quiet)
-	})
-	goRun("llm-worker", func(ctx context.Context) error {
-		return llmworker.Run(ctx, conns["llm-worker"], llmworker.Config{DataRoot: f.data, LibraryDir: f.library, Worker: "llm"}, quiet)
-	})
-	goRun("sandbox-worker", func(ctx context.Context) error {
-		return sandboxworker.Run(ctx, conns["sandbox-worker"], sandboxworker.Config{
-			Sandbox: sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: f.library,
-				Limits: sandboxworker.Limits{MemoryBytes: int64(f.memoryMB) << 20}}, Worker: "sandbox"}, quiet)
-	})
-	goRun("verifier", func(ctx context.Context) error {
-		return verifier.Run(ctx, conns["verifier"], verifier.Config{DataRoot: f.data, LibraryDir: f.library, Store: f.store}, quiet)
-	})
+	goServices(t, ctx, f, func(name string) *bus.Conn { return conns[name] }, nil, slog.New(slog.DiscardHandler), f.library)
 	spec, err := f.spec()
 	if err != nil {
 		t.Fatal(err)
 	}
 	client := conns["client"]
-	if err := client.Publish(ctx, schemas.RunSubmitted.For(spec.RunID), schemas.MsgID("run", spec.RunID), spec); err != nil {
+	if err := bus.SubmitRun(ctx, client, spec); err != nil {
 		t.Fatalf("the client's user could not submit a run: %v", err)
 	}
 	status, outcomes, err := follow(ctx, client, spec.RunID, io.Discard, true, nil)

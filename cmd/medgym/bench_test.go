@@ -53,7 +53,7 @@ func benchFlags(b *testing.B, work string) *runFlags {
 	if err := fs.Parse(nil); err != nil {
 		b.Fatal(err)
 	}
-	f.data = defaultDataRoot()
+	f.data = tasks.DataRoot()
 	f.library = filepath.Join(work, "library")
 	f.store = filepath.Join(work, "store")
 	f.state = filepath.Join(work, "state")
@@ -173,7 +173,7 @@ func BenchmarkPipelineOverhead(b *testing.B) {
 	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	f.sandboxConcurrency = 4
+	f.sandbox.Concurrency = 4
 	svcCtx, stop := context.WithCancel(ctx)
 	wait := startServices(svcCtx, conn, &f.serviceFlags, "", logger)
 	defer func() { stop(); _ = wait() }()
@@ -280,7 +280,7 @@ func newCluster(b *testing.B, work string) *cluster {
 	addr := ln.Addr().String()
 	ln.Close()
 	host, port, _ := net.SplitHostPort(addr)
-	c := &cluster{b: b, work: work, bin: bin, url: "nats://" + addr, data: defaultDataRoot(), log: logf}
+	c := &cluster{b: b, work: work, bin: bin, url: "nats://" + addr, data: tasks.DataRoot(), log: logf}
 	b.Cleanup(c.stopAll)
 	c.start(natsBin, "-js", "-a", host, "-p", port, "-sd", filepath.Join(work, "nats"))
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {

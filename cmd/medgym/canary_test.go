@@ -135,7 +135,7 @@ func TestCanaryEndToEnd(t *testing.T) {
 	defer srv.Close()
 	f.policy, f.llmURL, f.model, f.runID = "openai", srv.URL+"/v1", "grep-model", "e2e-canary"
 	f.datasets, f.split, f.maxTurns, f.showVerdict = "eicu", "test", 6, true
-	f.debuggerURL, f.debuggerModel = srv.URL+"/v1", "grep-model"
+	f.llm.Debugger.BaseURL, f.llm.Debugger.Model = srv.URL+"/v1", "grep-model"
 	spec, err := f.spec()
 	if err != nil {
 		t.Fatal(err)

@@ -95,7 +95,7 @@ func TestRunToMinIO(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	f := baseFlags(t)
-	f.store, f.s3Endpoint, f.s3Insecure = "s3://medgym-test/runs", endpoint, true
+	f.store, f.verifier.StoreOptions.Endpoint, f.verifier.StoreOptions.UseSSL = "s3://medgym-test/runs", endpoint, false
 	f.limit, f.runID = 10, "e2e-s3"
 	spec, err := f.spec()
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,23 +17,10 @@ import (
 	"github.com/medgym/medgym/tasks"
 )
 
-// dataRoot finds ../shared/data beside the repository (or $MEDGYM_DATA).
-func dataRoot(t *testing.T) string {
+// dataRoot is the shared data (tasks.DataRoot).
+func dataRoot(t testing.TB) string {
 	t.Helper()
-	if d := os.Getenv("MEDGYM_DATA"); d != "" {
-		return d
-	}
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for d := wd; filepath.Dir(d) != d; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
-			return filepath.Join(d, "..", "shared", "data")
-		}
-	}
-	t.Fatal("no go.work above the test directory")
-	return ""
+	return tasks.DataRoot()
 }
 
 func baseFlags(t *testing.T) *runFlags {

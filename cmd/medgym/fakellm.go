@@ -30,7 +30,7 @@ func cmdFakeLLM(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	garbage := fs.Float64("rate-garbage", 0, "reference policy: share of replies that are not an action")
 	seed := fs.Int64("seed", 1, "seed")
 	model := fs.String("model", "medgym-fake", "model name served (LoRA adapters loaded at run time are served too)")
-	data := fs.String("data", defaultDataRoot(), "shared data root (for reference solutions)")
+	data := fs.String("data", tasks.DataRoot(), "shared data root (for reference solutions)")
 	datasets := fs.String("dataset", "medcalcbench", "datasets whose reference solutions the reference policy knows")
 	if err := fs.Parse(args); err != nil {
 		return err

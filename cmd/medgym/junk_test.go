@@ -7,17 +7,12 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/bus/embedded"
 	"github.com/medgym/medgym/schemas"
-	dispatcher "github.com/medgym/medgym/services/dispatcher/service"
-	llmworker "github.com/medgym/medgym/services/llm-worker/service"
-	sandboxworker "github.com/medgym/medgym/services/sandbox-worker/service"
-	verifier "github.com/medgym/medgym/services/verifier/service"
 	"github.com/medgym/medgym/tasks"
 )
 
@@ -52,31 +47,7 @@ func startMeteredPipeline(t *testing.T, ctx context.Context, f *runFlags) (*bus.
 		t.Fatal(err)
 	}
 	m := bus.NewMetrics()
-	svcCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	t.Cleanup(func() { stop(); wg.Wait() })
-	goRun := func(name string, run func(context.Context) error) {
-		wg.Go(func() {
-			if err := run(svcCtx); err != nil && svcCtx.Err() == nil {
-				t.Errorf("%s: %v", name, err)
-			}
-		})
-	}
-	goRun("dispatcher", func(ctx context.Context) error {
-		return dispatcher.Run(ctx, conn, dispatcher.Config{Metrics: m, DataRoot: f.data, LibraryDir: f.library}, log)
-	})
-	goRun("llm-worker", func(ctx context.Context) error {
-		return llmworker.Run(ctx, conn, llmworker.Config{Metrics: m, DataRoot: f.data, LibraryDir: f.library, Worker: "llm"}, log)
-	})
-	goRun("sandbox-worker", func(ctx context.Context) error {
-		return sandboxworker.Run(ctx, conn, sandboxworker.Config{Metrics: m,
-			Sandbox: sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: tasks.AgentTree(f.library),
-				Limits: sandboxworker.Limits{MemoryBytes: int64(f.memoryMB) << 20}},
-			Worker: "sandbox"}, log)
-	})
-	goRun("verifier", func(ctx context.Context) error {
-		return verifier.Run(ctx, conn, verifier.Config{Metrics: m, DataRoot: f.data, LibraryDir: f.library, Store: f.store}, log)
-	})
+	goServices(t, ctx, f, func(string) *bus.Conn { return conn }, m, log, tasks.AgentTree(f.library))
 	return conn, m
 }
 
@@ -167,7 +138,7 @@ func TestJunkFloodDoesNotLoop(t *testing.T) {
 
 	// The real run, and a result for an episode it never planned (sample 7
 	// of a 1-sample run) once the run is recorded.
-	if err := conn.Publish(ctx, schemas.RunSubmitted.For(spec.RunID), schemas.MsgID("run", spec.RunID), spec); err != nil {
+	if err := bus.SubmitRun(ctx, conn, spec); err != nil {
 		t.Fatal(err)
 	}
 	kv, err := bus.OpenBucket[schemas.RunStatus](ctx, conn, schemas.BucketRuns)

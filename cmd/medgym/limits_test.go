@@ -169,8 +169,8 @@ func TestLLMCredentialsNeverPersisted(t *testing.T) {
 	defer llm.Close()
 	f.policy, f.model, f.runID = "openai", fakellm.DefaultModel, "creds"
 	f.llmURL = strings.Replace(llm.URL, "https://", "https://alice:pw-s3cr3t@", 1) + "/v1"
-	f.llmCA = filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(f.llmCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: llm.Certificate().Raw}), 0o600); err != nil {
+	f.llm.LLM.CAFile = filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(f.llm.LLM.CAFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: llm.Certificate().Raw}), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	f.taskIDs = ts[0].View.ID

@@ -19,11 +19,8 @@ import (
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/bus/embedded"
 	"github.com/medgym/medgym/schemas"
-	dispatcher "github.com/medgym/medgym/services/dispatcher/service"
 	"github.com/medgym/medgym/services/llm-worker/fakellm"
 	llmworker "github.com/medgym/medgym/services/llm-worker/service"
-	sandboxworker "github.com/medgym/medgym/services/sandbox-worker/service"
-	verifier "github.com/medgym/medgym/services/verifier/service"
 	"github.com/medgym/medgym/tasks"
 )
 
@@ -187,7 +184,7 @@ func TestRobustness200Episodes(t *testing.T) {
 	defer srv.Close()
 	f.policy, f.llmURL, f.model, f.runID = "openai", srv.URL+"/v1", fakellm.DefaultModel, fl.runID
 	f.taskIDs, f.maxTurns = strings.Join(ids, ","), 3
-	f.llmRetries, f.llmTimeout = 8, 30*time.Second
+	f.llm.LLM.MaxRetries, f.llm.LLM.Timeout = 8, 30*time.Second
 	spec, err := f.spec()
 	if err != nil {
 		t.Fatal(err)
@@ -393,28 +390,8 @@ func startPipeline(t *testing.T, ctx context.Context, f *runFlags) *pipeline {
 	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	svcCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	t.Cleanup(func() { stop(); wg.Wait() })
-	goRun := func(name string, run func(context.Context) error) {
-		wg.Go(func() {
-			if err := run(svcCtx); err != nil && svcCtx.Err() == nil {
-				t.Errorf("%s: %v", name, err)
-			}
-		})
-	}
-	goRun("dispatcher", func(ctx context.Context) error {
-		return dispatcher.Run(ctx, conn, dispatcher.Config{DataRoot: f.data, LibraryDir: f.library}, log)
-	})
-	goRun("sandbox-worker", func(ctx context.Context) error {
-		return sandboxworker.Run(ctx, conn, sandboxworker.Config{
-			Sandbox: sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: tasks.AgentTree(f.library),
-				Limits: sandboxworker.Limits{MemoryBytes: int64(f.memoryMB) << 20}},
-			Worker: "sandbox"}, log)
-	})
-	goRun("verifier", func(ctx context.Context) error {
-		return verifier.Run(ctx, conn, verifier.Config{DataRoot: f.data, LibraryDir: f.library, Store: f.store}, log)
-	})
+	// The CLI's own wiring, less the llm-worker (started by llmWorker).
+	goServices(t, ctx, f, func(string) *bus.Conn { return conn }, nil, log, tasks.AgentTree(f.library), "llm-worker")
 	return &pipeline{conn: conn, f: f}
 }
 
@@ -489,7 +466,7 @@ func TestResumeAfterWorkerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec.Policy.BaseURL = "" // each worker uses its default endpoint
-	if err := p.conn.Publish(ctx, schemas.RunSubmitted.For(spec.RunID), schemas.MsgID("run", spec.RunID), spec); err != nil {
+	if err := bus.SubmitRun(ctx, p.conn, spec); err != nil {
 		t.Fatal(err)
 	}
 	select {

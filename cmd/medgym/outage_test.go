@@ -53,7 +53,7 @@ func TestMinIOOutageMidRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	f := baseFlags(t)
-	f.store, f.s3Endpoint, f.s3Insecure = "s3://medgym-outage/runs", endpoint, true
+	f.store, f.verifier.StoreOptions.Endpoint, f.verifier.StoreOptions.UseSSL = "s3://medgym-outage/runs", endpoint, false
 	f.limit, f.runID, f.maxInFlight, f.logLevel = episodes, "outage", 2, "warn"
 	spec, err := f.spec()
 	if err != nil {

@@ -38,13 +38,13 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	episodes := fs.String("episode", "", "only these episode ids, comma separated")
 	mode := fs.String("verifier-mode", "", "re-score with strict or upstream rules (default: each episode's recorded mode)")
 	write := fs.Bool("write", false, "write episodes re-scored under a different verifier version to run <run>-replay-<version hash>")
-	formatReward := fs.Float64("format-reward", 0, "the verifier's format reward (as configured for the run; services default 0)")
-	penalty := fs.Float64("wrong-answer-penalty", 0, "the verifier's wrong-answer penalty on tasks that offer abstention (as configured for the run; services default 0)")
-	data := fs.String("data", defaultDataRoot(), "shared data root (task sources); env MEDGYM_DATA")
-	library := fs.String("library", defaultLibraryDir(), "generated task library, mounted into the sandbox like the run")
+	var scoring verifier.Scoring // the verifier's reward flags, as configured for the run
+	scoring.RegisterFlags(fs)
+	data := fs.String("data", tasks.DataRoot(), "shared data root (task sources); env MEDGYM_DATA")
+	library := fs.String("library", tasks.LibraryDir(), "generated task library, mounted into the sandbox like the run")
 	tasksDir := fs.String("tasks-dir", "", "upstream MedAgentGym task folder (if the run used one)")
-	backend := fs.String("sandbox-backend", "bwrap", "sandbox backend: bwrap or docker")
-	memoryMB := fs.Int("sandbox-memory-mb", 2048, "memory limit of one sandboxed run")
+	var sandbox sandboxworker.Config // the sandbox-worker's flags, named as on medgym run
+	registerComponent(fs, "sandbox-worker", &sandbox)
 	conc := fs.Int("concurrency", 2, "episodes replayed at once")
 	logLevel := fs.String("log", "warn", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -53,8 +53,11 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *runID == "" || fs.NArg() > 0 {
 		return errors.New("usage: medgym replay --store DIR|s3://... --run ID [--episode ID] [--verifier-mode strict|upstream] [--write]")
 	}
-	if *penalty < 0 {
-		return fmt.Errorf("--wrong-answer-penalty %v: want a number ≥ 0 (it is subtracted)", *penalty)
+	if err := scoring.Validate(); err != nil {
+		return err
+	}
+	if err := sandbox.Validate(); err != nil {
+		return err
 	}
 	if *mode != "" {
 		if _, err := verifier.ParseMode(*mode); err != nil {
@@ -96,8 +99,8 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer cleanup()
-	sb, err := sandboxworker.Open(ctx, sandboxworker.SandboxConfig{Backend: *backend, DataRoot: agent,
-		Limits: sandboxworker.Limits{MemoryBytes: int64(*memoryMB) << 20}}, logger)
+	sandbox.Sandbox.DataRoot = agent
+	sb, err := sandboxworker.Open(ctx, sandbox.Sandbox, logger)
 	if err != nil {
 		return err
 	}
@@ -111,7 +114,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	rep, err := replay.Run(ctx, *runID, rows, replay.Options{Tasks: tasks.NewCache(*data, *tasksDir, *library), Exec: sb, Hashes: hashes,
-		Mode: *mode, FormatReward: *formatReward, WrongAnswerPenalty: *penalty, EpisodeOptions: eo, Concurrency: *conc})
+		Mode: *mode, Scoring: scoring, EpisodeOptions: eo, Concurrency: *conc})
 	if err != nil {
 		return err
 	}

@@ -64,7 +64,7 @@ func TestReportOnRealRun(t *testing.T) {
 	srv := httptest.NewServer(byTemperature(temps, fakes))
 	defer srv.Close()
 	f.policy, f.llmURL, f.model, f.runID = "openai", srv.URL+"/v1", "fake", "report-e2e"
-	f.limit, f.seed, f.samples, f.temperatures, f.maxTurns, f.llmRetries = 8, 3, 3, "0,0.5,1", 3, -1
+	f.limit, f.seed, f.samples, f.temperatures, f.maxTurns, f.llm.LLM.MaxRetries = 8, 3, 3, "0,0.5,1", 3, 0
 	spec, err := f.spec()
 	if err != nil {
 		t.Fatal(err)

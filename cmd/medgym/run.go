@@ -312,7 +312,7 @@ func preflight(ctx context.Context, spec schemas.RunSpec, f *runFlags) error {
 		if k != "" {
 			req.Header.Set("Authorization", "Bearer "+k)
 		}
-		c, err := llmworker.HTTPClient(f.llmCA)
+		c, err := llmworker.HTTPClient(f.llm.LLM.CAFile)
 		if err != nil {
 			return err
 		}
@@ -409,7 +409,7 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 		}()
 		wait = func() error { return <-done }
 	}
-	if err := conn.Publish(ctx, schemas.RunSubmitted.For(spec.RunID), schemas.MsgID("run", spec.RunID), spec); err != nil {
+	if err := bus.SubmitRun(ctx, conn, spec); err != nil {
 		return runResult{}, err
 	}
 	fmt.Fprintf(stderr, "run %s submitted (%s, policy %s)\n", spec.RunID, strings.Join(spec.Datasets, ","), policyLabel(spec.Policy))
@@ -530,51 +530,43 @@ func policyLabel(p schemas.PolicySpec) string {
 	return p.Name + " " + p.Model
 }
 
-// follow watches the run's status and scores until the dispatcher
-// records the run finished (every planned episode scored, or the run
-// cancelled), printing a progress line. It returns the final status and
-// the count of scored episodes per outcome, from the scores stream. It
-// rides out a NATS outage: a failed read is retried on the next tick.
+// follow watches the run's status and scores (bus.FollowRun) until the
+// dispatcher records the run finished (every planned episode scored, or
+// the run cancelled), printing a progress line. It returns the final
+// status and the count of scored episodes per outcome. It rides out a
+// NATS outage; an error on svcErr (the in-process services failing) ends
+// it.
 func follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quiet bool, svcErr <-chan error) (schemas.RunStatus, map[schemas.Outcome]int, error) {
-	runs, err := bus.OpenBucket[schemas.RunStatus](ctx, conn, schemas.BucketRuns)
-	if err != nil {
-		return schemas.RunStatus{}, nil, err
-	}
-	follow, err := bus.Follow[schemas.Score](ctx, conn, schemas.StreamScores, schemas.EpisodeScored.For(runID))
-	if err != nil {
-		return schemas.RunStatus{}, nil, fmt.Errorf("follow scores: %w", err)
-	}
-	outcomes := map[schemas.Outcome]int{}
-	seen := map[string]bool{}
-	readScores := func() {
-		for m, err := range follow.Available() {
-			if err != nil {
-				return
-			}
-			if sc := m.Value; strings.HasPrefix(sc.EpisodeID, runID+"--") && !seen[sc.EpisodeID] {
-				seen[sc.EpisodeID] = true
-				outcomes[sc.Outcome]++
-			}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case err := <-svcErr:
+			cancel(err)
+		case <-ctx.Done():
 		}
-	}
+	}()
+	outcomes := map[schemas.Outcome]int{}
 	start := time.Now()
 	tty := isTerminal(w)
 	var lastLine time.Time
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
 	var st schemas.RunStatus
-	for {
-		readScores()
-		if cur, _, err := runs.Get(ctx, runID); err == nil {
-			st = cur
+	for p, err := range bus.FollowRun(ctx, conn, runID, 250*time.Millisecond) {
+		st = p.Status
+		if err != nil {
+			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+				return st, nil, cause // a service failed
+			}
+			if ctx.Err() != nil {
+				return st, nil, fmt.Errorf("run %s interrupted at %d/%d episodes (resubmit with --run-id %s to continue, or medgym cancel %s): %w",
+					runID, st.Done, st.Total, runID, runID, ctx.Err())
+			}
+			return st, nil, err
 		}
-		if st.Error != "" {
-			return st, nil, fmt.Errorf("run %s rejected by the dispatcher: %s", runID, st.Error)
+		for _, sc := range p.Scores {
+			outcomes[sc.Outcome]++
 		}
-		if st.Finished {
-			readScores() // the scores that finished it
-		}
-		done := min(len(seen), st.Total)
+		done := min(p.Scored, st.Total)
 		if st.Finished {
 			done = st.Done
 		}
@@ -582,21 +574,11 @@ func follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quie
 			progress(w, st, done, outcomes, time.Since(start), tty)
 			lastLine = time.Now()
 		}
-		if st.Finished {
-			if !quiet && tty {
-				fmt.Fprintln(w)
-			}
-			return st, outcomes, nil
-		}
-		select {
-		case err := <-svcErr:
-			return st, nil, err
-		case <-ctx.Done():
-			return st, nil, fmt.Errorf("run %s interrupted at %d/%d episodes (resubmit with --run-id %s to continue, or medgym cancel %s): %w",
-				runID, st.Done, st.Total, runID, runID, ctx.Err())
-		case <-tick.C:
-		}
 	}
+	if !quiet && tty {
+		fmt.Fprintln(w)
+	}
+	return st, outcomes, nil
 }
 
 // isTerminal reports whether w is a terminal (progress redraws one line

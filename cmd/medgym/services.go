@@ -2,12 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"time"
+	"slices"
 
 	"golang.org/x/sync/errgroup"
 
@@ -20,102 +21,114 @@ import (
 	"github.com/medgym/medgym/tasks"
 )
 
-// serviceFlags are the flags shared by run and serve for in-process services.
+// serviceFlags are the flags shared by run and serve for in-process
+// services. Each service's options are its own Config's flags (the ones
+// its binary takes), registered here under the names in componentFlags;
+// the data root, task library, upstream folder, store and episode limit
+// are the CLI's and are handed to every service that reads them.
 type serviceFlags struct {
-	data, tasksDir      string
-	library             string
-	store               string
-	s3Endpoint          string
-	s3Region            string
-	s3Insecure          bool
-	backend             string
-	warm                int
-	dockerReady         int
-	sandboxConcurrency  int
-	llmConcurrency      int
-	verifierConcurrency int
-	wrongAnswerPenalty  float64
-	llmTimeout          time.Duration
-	llmRetries          int
-	llmCA               string
-	llmNoTemperature    bool
-	llmMaxCompletion    bool
-	debuggerURL         string
-	debuggerModel       string
-	debuggerKeyEnv      string
-	memoryMB            int
-	requireCgroups      bool
-	diskMB              int
-	logLevel            string
-	metricsAddr         string
-	natsTLS             bus.TLS
-	maxEpisodes         int
-	storeGiveUp         time.Duration
+	data, tasksDir string
+	library        string
+	store          string
+	logLevel       string
+	metricsAddr    string
+	natsTLS        bus.TLS
+	maxEpisodes    int
+
+	dispatcher dispatcher.Config
+	llm        llmworker.Config
+	sandbox    sandboxworker.Config
+	verifier   verifier.Config
+}
+
+// componentFlag says how a service's flag is named on the CLI: under
+// prefix-name, except the names kept as they are and those the CLI sets
+// itself (skipped).
+type componentFlag struct {
+	prefix string
+	keep   []string
+	skip   []string
+}
+
+var componentFlags = map[string]componentFlag{
+	"dispatcher": {prefix: "dispatcher", skip: []string{"data", "library", "max-episodes"}},
+	"llm-worker": {prefix: "llm", skip: []string{"data", "library", "tasks-dir", "llm-url"},
+		keep: []string{"llm-ca", "llm-timeout", "llm-retries", "llm-max-concurrent", "no-temperature", "max-completion-tokens",
+			"debugger-url", "debugger-model", "debugger-api-key-env", "system-as-user"}},
+	"sandbox-worker": {prefix: "sandbox", skip: []string{"agent-tree"}, keep: []string{"warm", "docker-ready", "require-cgroups"}},
+	"verifier": {prefix: "verifier", skip: []string{"data", "library", "tasks-dir", "store"},
+		keep: []string{"s3-endpoint", "s3-region", "s3-insecure", "format-reward", "wrong-answer-penalty", "graded-ml", "store-give-up"}},
+}
+
+// registerComponent adds c's flags to fs, named as componentFlags says.
+func registerComponent(fs *flag.FlagSet, name string, c bus.Component) {
+	own := flag.NewFlagSet(name, flag.ContinueOnError)
+	c.RegisterFlags(own, os.Getenv)
+	cf := componentFlags[name]
+	own.VisitAll(func(fl *flag.Flag) {
+		switch {
+		case slices.Contains(cf.skip, fl.Name):
+		case slices.Contains(cf.keep, fl.Name):
+			fs.Var(fl.Value, fl.Name, fl.Usage)
+		default:
+			fs.Var(fl.Value, cf.prefix+"-"+fl.Name, name+": "+fl.Usage)
+		}
+	})
 }
 
 func (f *serviceFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.data, "data", defaultDataRoot(), "shared data root (task sources); env MEDGYM_DATA")
-	fs.StringVar(&f.library, "library", defaultLibraryDir(), "generated task library (databases, task files); built by `make library`")
+	fs.StringVar(&f.data, "data", tasks.DataRoot(), "shared data root (task sources); env MEDGYM_DATA")
+	fs.StringVar(&f.library, "library", tasks.LibraryDir(), "generated task library (databases, task files); built by `make library`")
 	fs.StringVar(&f.tasksDir, "tasks-dir", "", "upstream MedAgentGym task folder (instead of the built-in library)")
 	fs.StringVar(&f.store, "store", "runs", "trajectory store: a directory or s3://bucket/prefix")
-	fs.StringVar(&f.s3Endpoint, "s3-endpoint", "", "S3 endpoint host:port (default $AWS_ENDPOINT_URL); credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")
-	fs.StringVar(&f.s3Region, "s3-region", "", "S3 region (default $AWS_REGION)")
-	fs.BoolVar(&f.s3Insecure, "s3-insecure", false, "use plain HTTP for the S3 endpoint")
-	fs.StringVar(&f.backend, "sandbox-backend", "bwrap", "sandbox backend: bwrap or docker")
-	fs.IntVar(&f.warm, "warm", 0, "warm Python interpreters per sandbox worker (0 = cold runs)")
-	fs.IntVar(&f.dockerReady, "docker-ready", 2, "containers the docker sandbox backend keeps ready for new episodes (0: each episode starts its own)")
-	fs.BoolVar(&f.requireCgroups, "require-cgroups", false, "bwrap sandbox: refuse to start without per-run cgroups instead of falling back to rlimits")
-	fs.IntVar(&f.sandboxConcurrency, "sandbox-concurrency", 2, "actions run at once by the sandbox worker")
-	fs.IntVar(&f.llmConcurrency, "llm-concurrency", 32, "episode steps run at once by the llm-worker")
-	fs.IntVar(&f.verifierConcurrency, "verifier-concurrency", 32, "episodes scored and stored at once (also the rows per Parquet file)")
-	fs.Float64Var(&f.wrongAnswerPenalty, "wrong-answer-penalty", 0, "reward −c for a wrong answer or no answer on tasks that offer abstention (EHRSQL 2024's c; mean reward = RS(c)); 0 = off")
-	fs.DurationVar(&f.llmTimeout, "llm-timeout", 5*time.Minute, "timeout of one model request")
-	fs.IntVar(&f.llmRetries, "llm-retries", 4, "retries of a failing model request (429, 5xx, timeouts); 0: none")
-	fs.StringVar(&f.llmCA, "llm-ca", os.Getenv("MEDGYM_LLM_CA"), "PEM file of a private CA trusted for https:// model endpoints, besides the system's (env MEDGYM_LLM_CA)")
-	fs.BoolVar(&f.llmNoTemperature, "no-temperature", false, "omit temperature/top_p (models that refuse them, e.g. OpenAI o-series)")
-	fs.BoolVar(&f.llmMaxCompletion, "max-completion-tokens", false, "send max_completion_tokens instead of max_tokens (reasoning models)")
-	fs.StringVar(&f.debuggerURL, "debugger-url", "", "base URL of the model answering the debug action (default: the episode's endpoint)")
-	fs.StringVar(&f.debuggerModel, "debugger-model", "", "model answering the debug action (default: the episode's model)")
-	fs.StringVar(&f.debuggerKeyEnv, "debugger-api-key-env", "", "environment variable holding the debugger's API key (default: the episode's)")
-	fs.IntVar(&f.memoryMB, "sandbox-memory-mb", 2048, "memory limit of one sandboxed run")
-	fs.IntVar(&f.diskMB, "sandbox-disk-mb", 1024, "workspace disk quota of one episode (-1: none)")
 	fs.StringVar(&f.logLevel, "log", "warn", "log level: debug, info, warn, error")
 	fs.StringVar(&f.metricsAddr, "metrics", "", "serve Prometheus /metrics and /healthz of the in-process services on this address (e.g. 127.0.0.1:9100)")
-	fs.DurationVar(&f.storeGiveUp, "store-give-up", verifier.DefaultStoreGiveUp, "how long the store may refuse every row of a run before the verifier fails the run with its error")
 	fs.IntVar(&f.maxEpisodes, "max-episodes", 1_000_000, "most episodes (tasks × samples) of one run; larger runs are refused (checked here and by the dispatcher)")
 	f.natsTLS.RegisterFlags(fs, os.Getenv)
+	registerComponent(fs, "dispatcher", &f.dispatcher)
+	registerComponent(fs, "llm-worker", &f.llm)
+	registerComponent(fs, "sandbox-worker", &f.sandbox)
+	registerComponent(fs, "verifier", &f.verifier)
 }
 
-// validate rejects values the services would misread: a negative retry
-// count used to fall back to a default, zero concurrency to hang.
+// configs returns the services' configurations with the CLI's shared
+// settings filled in; llmURL is the llm-worker's default endpoint.
+func (f *serviceFlags) configs(llmURL string) (dispatcher.Config, llmworker.Config, sandboxworker.Config, verifier.Config) {
+	d, l, s, v := f.dispatcher, f.llm, f.sandbox, f.verifier
+	d.DataRoot, d.LibraryDir, d.MaxEpisodes = f.data, f.library, f.maxEpisodes
+	l.DataRoot, l.TasksDir, l.LibraryDir, l.LLM.DefaultBaseURL = f.data, f.tasksDir, f.library, llmURL
+	v.DataRoot, v.TasksDir, v.LibraryDir, v.Store = f.data, f.tasksDir, f.library, f.store
+	return d, l, s, v
+}
+
+// validate rejects values the services would misread, as each service
+// does (zero concurrency would mean a default here, so it is refused).
 func (f *serviceFlags) validate() error {
+	d, l, s, v := f.configs("")
+	for _, c := range []bus.Component{&d, &l, &s, &v} {
+		if err := c.Validate(); err != nil {
+			return err
+		}
+	}
 	for _, c := range []struct {
 		name string
 		v    int
-		min  int
-	}{
-		{"llm-retries", f.llmRetries, 0},
-		{"sandbox-concurrency", f.sandboxConcurrency, 1},
-		{"llm-concurrency", f.llmConcurrency, 1},
-		{"verifier-concurrency", f.verifierConcurrency, 1},
-		{"warm", f.warm, 0},
-		{"docker-ready", f.dockerReady, 0},
-		{"sandbox-memory-mb", f.memoryMB, 1},
-		{"sandbox-disk-mb", f.diskMB, -1},
-	} {
-		if c.v < c.min {
-			return fmt.Errorf("--%s %d: must be ≥ %d", c.name, c.v, c.min)
+	}{{"llm-concurrency", l.Concurrency}, {"sandbox-concurrency", s.Concurrency}, {"verifier-concurrency", v.Concurrency}} {
+		if c.v < 1 {
+			return fmt.Errorf("--%s %d: must be ≥ 1", c.name, c.v)
 		}
 	}
-	if f.llmTimeout <= 0 {
-		return fmt.Errorf("--llm-timeout %s: must be positive", f.llmTimeout)
+	if l.LLM.Timeout <= 0 {
+		return fmt.Errorf("--llm-timeout %s: must be positive", l.LLM.Timeout)
+	}
+	if s.Sandbox.Limits.MemoryBytes < 1 {
+		return errors.New("--sandbox-memory-mb: must be ≥ 1")
 	}
 	return nil
 }
 
-func (f *serviceFlags) storeOptions() store.Options {
-	return store.Options{Endpoint: f.s3Endpoint, Region: f.s3Region, UseSSL: !f.s3Insecure}
-}
+// storeOptions are the S3 settings of --store (the verifier's).
+func (f *serviceFlags) storeOptions() store.Options { return f.verifier.StoreOptions }
 
 // agentTree is the directory the in-process sandbox-worker mounts task data
 // from: the library's agent tree, or with --tasks-dir the agent view of the
@@ -150,7 +163,6 @@ func (f *serviceFlags) agentTree() (dir string, cleanup func(), err error) {
 
 // startServices runs every service in-process on conn until ctx is done.
 func startServices(ctx context.Context, conn *bus.Conn, f *serviceFlags, llmURL string, log *slog.Logger) (wait func() error) {
-	host, _ := os.Hostname()
 	parent := ctx
 	g, ctx := errgroup.WithContext(ctx)
 	goService := func(name string, run func() error) {
@@ -169,39 +181,20 @@ func startServices(ctx context.Context, conn *bus.Conn, f *serviceFlags, llmURL 
 	if err := metrics.Serve(ctx, f.metricsAddr, conn, log); err != nil {
 		return func() error { return err }
 	}
-	goService("dispatcher", func() error {
-		return dispatcher.Run(ctx, conn, dispatcher.Config{Metrics: metrics, DataRoot: f.data, LibraryDir: f.library, MaxEpisodes: f.maxEpisodes}, log.With("service", "dispatcher"))
-	})
-	goService("llm-worker", func() error {
-		return llmworker.Run(ctx, conn, llmworker.Config{Metrics: metrics,
-			DataRoot: f.data, TasksDir: f.tasksDir, LibraryDir: f.library, Concurrency: f.llmConcurrency, Worker: host + "/llm-worker",
-			LLM: llmworker.ClientDefaults{DefaultBaseURL: llmURL, CAFile: f.llmCA, Timeout: f.llmTimeout, MaxRetries: f.llmRetries,
-				NoTemperature: f.llmNoTemperature, UseMaxCompletionTokens: f.llmMaxCompletion},
-			Debugger: llmworker.DebuggerConfig{BaseURL: f.debuggerURL, Model: f.debuggerModel, APIKeyEnv: f.debuggerKeyEnv},
-		}, log.With("service", "llm-worker"))
-	})
+	dc, lc, sc, vc := f.configs(llmURL)
+	dc.Metrics, lc.Metrics, sc.Metrics, vc.Metrics = metrics, metrics, metrics, metrics
+	goService("dispatcher", func() error { return dispatcher.Run(ctx, conn, dc, log.With("service", "dispatcher")) })
+	goService("llm-worker", func() error { return llmworker.Run(ctx, conn, lc, log.With("service", "llm-worker")) })
 	goService("sandbox-worker", func() error {
 		agent, cleanup, err := f.agentTree()
 		if err != nil {
 			return err
 		}
 		defer cleanup()
-		lim := sandboxworker.Limits{MemoryBytes: int64(f.memoryMB) << 20, DiskBytes: int64(f.diskMB) << 20}
-		if f.diskMB < 0 {
-			lim.DiskBytes = -1
-		}
-		return sandboxworker.Run(ctx, conn, sandboxworker.Config{Metrics: metrics,
-			Sandbox: sandboxworker.SandboxConfig{Backend: f.backend, DataRoot: agent, Warm: f.warm,
-				DockerReady: f.dockerReady, RequireCgroups: f.requireCgroups, Limits: lim},
-			Concurrency: f.sandboxConcurrency, Worker: host + "/sandbox-worker",
-		}, log.With("service", "sandbox-worker"))
+		sc.Sandbox.DataRoot = agent
+		return sandboxworker.Run(ctx, conn, sc, log.With("service", "sandbox-worker"))
 	})
-	goService("verifier", func() error {
-		return verifier.Run(ctx, conn, verifier.Config{Metrics: metrics,
-			DataRoot: f.data, TasksDir: f.tasksDir, LibraryDir: f.library, Store: f.store, StoreOptions: f.storeOptions(),
-			Concurrency: f.verifierConcurrency, WrongAnswerPenalty: f.wrongAnswerPenalty, StoreGiveUp: f.storeGiveUp,
-		}, log.With("service", "verifier"))
-	})
+	goService("verifier", func() error { return verifier.Run(ctx, conn, vc, log.With("service", "verifier")) })
 	return func() error {
 		if err := g.Wait(); err != nil && parent.Err() == nil {
 			return fmt.Errorf("services: %w", err)

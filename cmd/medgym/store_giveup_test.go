@@ -20,7 +20,7 @@ func TestStoreUnwritableFailsRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	f := baseFlags(t)
-	f.limit, f.runID, f.storeGiveUp = 2, "nostore", 2*time.Second
+	f.limit, f.runID, f.verifier.StoreGiveUp = 2, "nostore", 2*time.Second
 	if err := os.MkdirAll(filepath.Join(f.store, "trajectories"), 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -34,9 +34,9 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fs := flag.NewFlagSet("tasks "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	data := fs.String("data", defaultDataRoot(), "shared data root")
+	data := fs.String("data", tasks.DataRoot(), "shared data root")
 	tasksDir := fs.String("tasks-dir", "", "upstream MedAgentGym task folder")
-	library := fs.String("library", defaultLibraryDir(), "generated task library")
+	library := fs.String("library", tasks.LibraryDir(), "generated task library")
 	datasets := fs.String("dataset", strings.Join(tasks.Datasets(), ","), "dataset(s)")
 	splits := fs.String("split", "train,test", "split(s)")
 	format := fs.String("format", "text", "text or json")
@@ -299,8 +299,8 @@ func cmdTasksVerify(ctx context.Context, args []string, stdout, stderr io.Writer
 func cmdTasksGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tasks generate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	data := fs.String("data", defaultDataRoot(), "shared data root")
-	library := fs.String("library", defaultLibraryDir(), "output directory")
+	data := fs.String("data", tasks.DataRoot(), "shared data root")
+	library := fs.String("library", tasks.LibraryDir(), "output directory")
 	datasets := fs.String("dataset", "", "datasets to generate (default: all generated ones)")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -171,7 +171,7 @@ func TestWrongAnswerPenaltyInPipeline(t *testing.T) {
 		f.library = lib
 		f.datasets, f.taskIDs, f.maxTurns = tasks.EHRSQL2024Dataset, strings.Join(ids, ","), 2
 		f.policy, f.llmURL, f.model = "openai", srv.URL+"/v1", "always-wrong"
-		f.wrongAnswerPenalty, f.runID = penalty, fmt.Sprintf("penalty-%g", penalty)
+		f.verifier.Scoring.WrongAnswerPenalty, f.runID = penalty, fmt.Sprintf("penalty-%g", penalty)
 		spec, err := f.spec()
 		if err != nil {
 			t.Fatal(err)
@@ -197,7 +197,7 @@ func TestNegativeWrongAnswerPenaltyRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	f := baseFlags(t)
-	f.limit, f.runID, f.wrongAnswerPenalty = 1, "neg-penalty", -1
+	f.limit, f.runID, f.verifier.Scoring.WrongAnswerPenalty = 1, "neg-penalty", -1
 	spec, err := f.spec()
 	if err != nil {
 		t.Fatal(err)

@@ -27,10 +27,18 @@ type Config struct {
 	// MaxEpisodes bounds tasks × samples of one run (default
 	// dispatch.DefaultMaxEpisodes); a larger run is refused.
 	MaxEpisodes int
+
+	envErr error // a malformed environment fallback (RegisterFlags)
 }
 
 // Run serves until ctx is done.
 func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("dispatcher: %w", err)
+	}
+	if cfg.Tick == 0 {
+		cfg.Tick = 500 * time.Millisecond
+	}
 	if cfg.MaxEpisodes <= 0 {
 		cfg.MaxEpisodes = dispatch.DefaultMaxEpisodes
 	}

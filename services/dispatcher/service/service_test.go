@@ -16,22 +16,13 @@ import (
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/bus/bustest"
 	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/tasks"
 )
 
 // dataRoot is $MEDGYM_DATA or ../shared/data next to go.work.
 func dataRoot(t *testing.T) string {
 	t.Helper()
-	if d := os.Getenv("MEDGYM_DATA"); d != "" {
-		return d
-	}
-	wd, _ := os.Getwd()
-	for d := wd; filepath.Dir(d) != d; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
-			return filepath.Join(d, "..", "shared", "data")
-		}
-	}
-	t.Fatal("no go.work above the test directory")
-	return ""
+	return tasks.DataRoot()
 }
 
 // harness is a dispatcher on an embedded JetStream server, with no worker:
@@ -86,7 +77,7 @@ func (h *harness) spec(run string, limit, samples, maxIn int) schemas.RunSpec {
 
 func (h *harness) submit(spec schemas.RunSpec) {
 	h.t.Helper()
-	if err := h.conn.Publish(h.ctx, schemas.RunSubmitted.For(spec.RunID), schemas.MsgID("run", spec.RunID), spec); err != nil {
+	if err := bus.SubmitRun(h.ctx, h.conn, spec); err != nil {
 		h.t.Fatal(err)
 	}
 }

@@ -41,6 +41,9 @@ type Config struct {
 
 // Run serves until ctx is done.
 func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("llm-worker: %w", err)
+	}
 	if cfg.Concurrency < 1 {
 		cfg.Concurrency = 16
 	}

@@ -28,17 +28,10 @@ func CheckOutput(mode string, dataset string, truth tasks.Truth, res schemas.Exe
 	return verify.CheckOutput(toMode(mode), dataset, truth, res)
 }
 
-// Rewards are the verifier's reward settings (its --format-reward and
-// --wrong-answer-penalty).
-type Rewards struct {
-	Format             float64
-	WrongAnswerPenalty float64
-}
-
-// Score scores a finished episode as the verifier does: its outcome, its
-// reward and a verdict for people.
-func Score(mode string, rw Rewards, truth tasks.Truth, res schemas.EpisodeResult) (schemas.Outcome, float64, string) {
-	return verify.Score(verify.Options{Mode: toMode(mode), FormatReward: rw.Format, WrongAnswerPenalty: rw.WrongAnswerPenalty}, truth, res)
+// Score scores a finished episode as the verifier configured with sc
+// does: its outcome, its reward and a verdict for people.
+func Score(mode string, sc Scoring, truth tasks.Truth, res schemas.EpisodeResult) (schemas.Outcome, float64, string) {
+	return verify.Score(sc.options(toMode(mode)), truth, res)
 }
 
 func toMode(s string) verify.Mode {

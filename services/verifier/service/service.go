@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"time"
 
@@ -18,42 +17,10 @@ import (
 	"github.com/medgym/medgym/tasks"
 )
 
-// Config of the verifier.
-type Config struct {
-	// Metrics, when set, measures the handlers (see bus.Metrics).
-	Metrics    *bus.Metrics
-	DataRoot   string
-	TasksDir   string
-	LibraryDir string
-	// Store is a directory or s3://bucket/prefix; StoreOptions has the S3
-	// endpoint and credentials.
-	Store        string
-	StoreOptions store.Options
-	// Concurrency bounds episodes being scored and stored at once; it is
-	// also the most rows one Parquet file holds.
-	Concurrency int
-	// BatchAge rolls a file at least this often while episodes arrive.
-	BatchAge time.Duration
-	// FormatReward is added for episodes whose every turn parsed.
-	FormatReward float64
-	// GradedML rewards predictions tasks with their accuracy (verify.Options).
-	GradedML bool
-	// WrongAnswerPenalty is the reward penalty on tasks that offer
-	// abstention (verify.Options).
-	WrongAnswerPenalty float64
-	AckWait            time.Duration
-	// StoreGiveUp is how long the store may refuse every row of a run
-	// before the verifier gives up on the episodes it cannot store (default 5 min):
-	// each becomes a dead letter with the store's error, which fails its
-	// run, instead of being retried forever. Shorter outages (a restart)
-	// are ridden out.
-	StoreGiveUp time.Duration
-}
-
 // Run serves until ctx is done.
 func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) error {
-	if p := cfg.WrongAnswerPenalty; p < 0 || math.IsNaN(p) || math.IsInf(p, 0) {
-		return fmt.Errorf("verifier: wrong-answer penalty %v: want a finite number ≥ 0 (it is subtracted)", p)
+	if err := cfg.Validate(); err != nil {
+		return err
 	}
 	if cfg.Concurrency < 1 {
 		cfg.Concurrency = 32
@@ -190,8 +157,7 @@ func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
 		res.Error = joinErr(res.Error, "ground truth: "+err.Error())
 	} else {
 		var verdict string
-		sc.Outcome, sc.Reward, verdict = verify.Score(verify.Options{Mode: mode, FormatReward: v.cfg.FormatReward, GradedML: v.cfg.GradedML,
-			WrongAnswerPenalty: v.cfg.WrongAnswerPenalty}, truth, res)
+		sc.Outcome, sc.Reward, verdict = verify.Score(v.cfg.Scoring.options(mode), truth, res)
 		if sc.Outcome != schemas.OutcomeCorrect && verdict != "" {
 			res.Error = joinErr(res.Error, verdict)
 		}

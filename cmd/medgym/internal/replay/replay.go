@@ -42,12 +42,9 @@ type Options struct {
 	Exec  Executor
 	// Mode is the verifier mode to re-score with; "" is each row's own mode.
 	Mode string
-	// FormatReward is the verifier's format reward (0: off, the default of
-	// the services).
-	FormatReward float64
-	// WrongAnswerPenalty is the verifier's wrong-answer penalty on tasks
-	// that offer abstention (0: off, the default of the services).
-	WrongAnswerPenalty float64
+	// Scoring are the verifier's reward settings, as configured for the
+	// run (the zero value is the services' default).
+	Scoring verifier.Scoring
 	// Episode options of the run (from its manifest); nil: the defaults.
 	// They say which actions were checked, the action timeout and the loop
 	// guard.
@@ -235,7 +232,7 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 	}
 
 	res := episodeResult(row, task.View, eo, mode, turns)
-	outcome, reward, verdict := verifier.Score(mode, verifier.Rewards{Format: opt.FormatReward, WrongAnswerPenalty: opt.WrongAnswerPenalty}, task.Truth, res)
+	outcome, reward, verdict := verifier.Score(mode, opt.Scoring, task.Truth, res)
 	ep.Verdict = verdict
 	if string(outcome) != row.Outcome {
 		change(-1, "outcome", row.Outcome, string(outcome))

@@ -350,7 +350,7 @@ func (d *Dispatcher) DeadLetter(ctx context.Context, dl DeadLetter) error {
 	res := schemas.EpisodeResult{Request: req, Termination: schemas.EndInfraFailure,
 		Error: fmt.Sprintf("dead letter from %s: %s", dl.Subject, dl.Reason), StartedAt: req.RequestedAt, FinishedAt: time.Now().UTC()}
 	d.deps.Log.Warn("episode dead-lettered: recording infra_failure", "run", req.RunID, "episode", req.EpisodeID, "reason", dl.Reason)
-	return d.deps.Publish(ctx, schemas.EpisodeCompleted.For(req.RunID), schemas.MsgID(req.EpisodeID, "result"), res)
+	return d.deps.Publish(ctx, schemas.EpisodeCompleted.For(req.RunID), schemas.ResultMsgID(req.EpisodeID), res)
 }
 
 func (d *Dispatcher) requestFor(ctx context.Context, dl DeadLetter) (schemas.EpisodeRequest, bool) {

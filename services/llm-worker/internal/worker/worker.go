@@ -117,7 +117,7 @@ func (w *Worker) publish(ctx context.Context, st schemas.EpisodeState, step epis
 			schemas.MsgID(step.Action.Ref.EpisodeID, step.Action.Ref.Turn, "action"), *step.Action)
 	case step.Result != nil:
 		return w.Publish(ctx, schemas.EpisodeCompleted.For(run),
-			schemas.MsgID(step.Result.Request.EpisodeID, "result"), *step.Result)
+			schemas.ResultMsgID(step.Result.Request.EpisodeID), *step.Result)
 	}
 	return nil
 }

@@ -212,7 +212,7 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 	spec := l.spec(it, model, v)
 	if l.presubmitted == runID {
 		rep.Overlapped = true
-	} else if err := l.conn.Publish(ctx, schemas.RunSubmitted.For(runID), schemas.MsgID("run", runID), spec); err != nil {
+	} else if err := bus.SubmitRun(ctx, l.conn, spec); err != nil {
 		return rep, s, err
 	}
 	scores, err := l.waitScores(ctx, runID)
@@ -264,7 +264,7 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 	// they are trained on, which the staleness bound (max_lag ≥ 1) admits.
 	if c.Overlap && it+1 < c.Iterations {
 		next := l.spec(it+1, model, v)
-		if err := l.conn.Publish(ctx, schemas.RunSubmitted.For(next.RunID), schemas.MsgID("run", next.RunID), next); err != nil {
+		if err := bus.SubmitRun(ctx, l.conn, next); err != nil {
 			return rep, s, err
 		}
 		l.presubmitted = next.RunID
@@ -339,7 +339,7 @@ func (l *Loop) evaluate(ctx context.Context, it int, model string, v int) (EvalR
 		Policy: schemas.PolicySpec{Name: schemas.PolicyOpenAI, Model: model, BaseURL: c.Serving.BaseURL,
 			APIKeyEnv: c.Serving.APIKeyEnv, Temperature: e.Temperature, Seed: c.Seed, MaxTokens: c.Serving.MaxTokens, Version: v},
 		SubmittedAt: time.Now().UTC()}
-	if err := l.conn.Publish(ctx, schemas.RunSubmitted.For(runID), schemas.MsgID("run", runID), spec); err != nil {
+	if err := bus.SubmitRun(ctx, l.conn, spec); err != nil {
 		return EvalResult{}, err
 	}
 	scores, err := l.waitScores(ctx, runID)
@@ -388,62 +388,37 @@ func (l *Loop) taskIDs(it int) []string {
 	return out
 }
 
-// waitScores consumes the run's scores from JetStream until the
-// dispatcher's run status says the run is finished (as `medgym run`
-// does), then reads the scores that finished it. Only scores of episodes
-// the run's spec plans are returned, the first of each: a forged score
-// with an unplanned id, from any client allowed to publish scores, neither
-// ends the wait nor enters the batch.
+// waitScores follows the run (bus.FollowRun, as `medgym run` does) until
+// the dispatcher's run status says it is finished; the last step holds
+// the scores that finished it. Only scores of episodes the run's spec
+// plans are returned, the first of each: a forged score with an unplanned
+// id, from any client allowed to publish scores, neither ends the wait nor
+// enters the batch.
 func (l *Loop) waitScores(ctx context.Context, runID string) (map[string]schemas.Score, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(l.cfg.WaitTimeout))
 	defer cancel()
-	follow, err := bus.Follow[schemas.Score](ctx, l.conn, schemas.StreamScores, schemas.EpisodeScored.For(runID))
-	if err != nil {
-		return nil, fmt.Errorf("follow scores of %s: %w", runID, err)
-	}
-	runs, err := bus.OpenBucket[schemas.RunStatus](ctx, l.conn, schemas.BucketRuns)
-	if err != nil {
-		return nil, err
-	}
 	read := map[string]schemas.Score{}
 	var rs schemas.RunStatus
-	skipped := 0
-	for {
-		m, ok, err := follow.Next(time.Second)
-		if n := follow.Skipped(); n > skipped {
-			l.log.Warn("undecodable scores skipped", "run", runID, "count", n-skipped)
-			skipped = n
+	for p, err := range bus.FollowRun(ctx, l.conn, runID, time.Second) {
+		rs = p.Status
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("run %s: %d/%d scores: %w", runID, rs.Done, rs.Total, ctx.Err())
+			}
+			return nil, err
 		}
-		switch {
-		case ctx.Err() != nil:
-			return nil, fmt.Errorf("run %s: %d/%d scores: %w", runID, rs.Done, rs.Total, ctx.Err())
-		case err != nil:
-			// NATS is down or restarting: the ordered consumer resumes
-			// after the last score it delivered, so wait and look again
-			// (WaitTimeout bounds the whole wait).
-			l.log.Warn("follow scores: retrying", "run", runID, "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		case !ok:
-			// Nothing more to read for now. A status read as finished
-			// before this wait means every score that finished the run
-			// was already read.
-			if rs.Finished {
-				return plannedScores(rs.Spec, read, l.log), nil
-			}
-			if cur, _, err := runs.Get(ctx, runID); err == nil {
-				if rs = cur; rs.Error != "" {
-					return nil, fmt.Errorf("run %s rejected by the dispatcher: %s", runID, rs.Error)
-				}
-			}
-		default:
-			if _, dup := read[m.Value.EpisodeID]; !dup {
-				read[m.Value.EpisodeID] = m.Value
+		if p.Err != nil {
+			// NATS is down or restarting: the follow resumes after the
+			// last score it delivered (WaitTimeout bounds the whole wait).
+			l.log.Warn("follow scores: retrying", "run", runID, "err", p.Err)
+		}
+		for _, sc := range p.Scores {
+			if _, dup := read[sc.EpisodeID]; !dup {
+				read[sc.EpisodeID] = sc
 			}
 		}
 	}
+	return plannedScores(rs.Spec, read, l.log), nil
 }
 
 // plannedScores keeps the scores of episodes spec plans.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"io"
 	"log/slog"
 	"net/http"
@@ -75,23 +76,29 @@ func (e *Env) capture(next http.Handler) http.Handler {
 	})
 }
 
-// DataRoot finds ../shared/data beside the repository (or $MEDGYM_DATA).
+// DataRoot is the shared data (tasks.DataRoot).
 func DataRoot(t testing.TB) string {
 	t.Helper()
-	if d := os.Getenv("MEDGYM_DATA"); d != "" {
-		return d
-	}
-	wd, err := os.Getwd()
-	if err != nil {
+	return tasks.DataRoot()
+}
+
+// configure builds a service's Config from flags, as its main does.
+func configure[C any, P interface {
+	*C
+	bus.Component
+}](t testing.TB, args ...string) C {
+	t.Helper()
+	var c C
+	fs := flag.NewFlagSet("testenv", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	P(&c).RegisterFlags(fs, func(string) string { return "" })
+	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
-	for d := wd; filepath.Dir(d) != d; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
-			return filepath.Join(d, "..", "shared", "data")
-		}
+	if err := P(&c).Validate(); err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no go.work above the test directory")
-	return ""
+	return c
 }
 
 // Start starts the pipeline with nTasks MedCalc test tasks; everything
@@ -146,22 +153,17 @@ func Start(t testing.TB, nTasks int) *Env {
 			}
 		})
 	}
-	run("dispatcher", func() error {
-		return dispatcher.Run(ctx, conn, dispatcher.Config{DataRoot: data, LibraryDir: e.Library}, log)
-	})
-	run("llm-worker", func() error {
-		return llmworker.Run(ctx, conn, llmworker.Config{DataRoot: data, LibraryDir: e.Library, Concurrency: 32,
-			Worker: "test/llm-worker", LLM: llmworker.ClientDefaults{DefaultBaseURL: e.ModelURL, Timeout: 30 * time.Second, MaxRetries: 2}}, log)
-	})
-	run("sandbox-worker", func() error {
-		return sandboxworker.Run(ctx, conn, sandboxworker.Config{
-			Sandbox:     sandboxworker.SandboxConfig{Backend: "bwrap", DataRoot: e.Library, Limits: sandboxworker.Limits{MemoryBytes: 1 << 30}},
-			Concurrency: 2, Worker: "test/sandbox-worker"}, log)
-	})
-	run("verifier", func() error {
-		return verifier.Run(ctx, conn, verifier.Config{DataRoot: data, LibraryDir: e.Library, Store: e.Store,
-			Concurrency: 16, BatchAge: 200 * time.Millisecond}, log)
-	})
+	shared := []string{"--data", data, "--library", e.Library}
+	dc := configure[dispatcher.Config](t, shared...)
+	lc := configure[llmworker.Config](t, append(shared, "--concurrency=32", "--name=test/llm-worker", "--llm-url", e.ModelURL,
+		"--llm-timeout=30s", "--llm-retries=2")...)
+	sc := configure[sandboxworker.Config](t, "--backend=bwrap", "--agent-tree", e.Library, "--memory-mb=1024",
+		"--docker-ready=0", "--concurrency=2", "--name=test/sandbox-worker")
+	vc := configure[verifier.Config](t, append(shared, "--store", e.Store, "--concurrency=16", "--batch-age=200ms")...)
+	run("dispatcher", func() error { return dispatcher.Run(ctx, conn, dc, log) })
+	run("llm-worker", func() error { return llmworker.Run(ctx, conn, lc, log) })
+	run("sandbox-worker", func() error { return sandboxworker.Run(ctx, conn, sc, log) })
+	run("verifier", func() error { return verifier.Run(ctx, conn, vc, log) })
 	t.Cleanup(func() {
 		if os.Getenv("MEDGYM_TEST_LOG") != "" {
 			t.Logf("fake model requests: %+v", model.Stats())
@@ -200,21 +202,21 @@ func (e *Env) Spec(runID string, k int, pol schemas.PolicySpec, taskIDs []string
 // scores.
 func (e *Env) Run(t testing.TB, ctx context.Context, spec schemas.RunSpec) []schemas.Score {
 	t.Helper()
-	if err := e.Conn.Publish(ctx, schemas.RunSubmitted.For(spec.RunID), schemas.MsgID("run", spec.RunID), spec); err != nil {
-		t.Fatal(err)
-	}
-	follow, err := bus.Follow[schemas.Score](ctx, e.Conn, schemas.StreamScores, schemas.EpisodeScored.For(spec.RunID))
-	if err != nil {
+	if err := bus.SubmitRun(ctx, e.Conn, spec); err != nil {
 		t.Fatal(err)
 	}
 	want := len(spec.TaskIDs) * spec.Samples
 	seen := map[string]schemas.Score{}
-	for len(seen) < want {
-		m, ok, err := follow.Next(30 * time.Second)
-		if err != nil || !ok {
+	for p, err := range bus.FollowRun(ctx, e.Conn, spec.RunID, 100*time.Millisecond) {
+		if err != nil {
 			t.Fatalf("run %s: %d/%d scores: %v", spec.RunID, len(seen), want, err)
 		}
-		seen[m.Value.EpisodeID] = m.Value
+		for _, sc := range p.Scores {
+			seen[sc.EpisodeID] = sc
+		}
+		if len(seen) >= want {
+			break
+		}
 	}
 	out := make([]schemas.Score, 0, len(seen))
 	for _, s := range seen {

@@ -20,23 +20,11 @@ import (
 // directory.
 func dataRoot(t *testing.T) string {
 	t.Helper()
-	if d := os.Getenv("MEDGYM_DATA"); d != "" {
-		return d
+	d := tasks.DataRoot()
+	if _, err := os.Stat(d); err != nil {
+		t.Skipf("shared data not found (%v): set MEDGYM_DATA", err)
 	}
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return filepath.Join(dir, "..", "shared", "data")
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("no go.work above the test directory and MEDGYM_DATA unset: shared data not found")
-		}
-		dir = parent
-	}
+	return d
 }
 
 // medcalcRow is one row of MedCalc-Bench's CSV.

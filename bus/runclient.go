@@ -1,0 +1,116 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/medgym/medgym/schemas"
+)
+
+// The run client: what `medgym run`, the trainer's online loop and the
+// system tests do to run a spec on the pipeline. It lives in bus because
+// it reads JetStream (the runs bucket, an ordered consumer on the scores
+// stream) and every caller needs it, the trainer included, which must not
+// depend on the CLI's module.
+
+// SubmitRun publishes spec on RunSubmitted with the run's message id
+// (schemas.RunMsgID): resubmitting a run id continues that run.
+func SubmitRun(ctx context.Context, conn *Conn, spec schemas.RunSpec) error {
+	return conn.Publish(ctx, schemas.RunSubmitted.For(spec.RunID), schemas.RunMsgID(spec.RunID), spec)
+}
+
+// RunProgress is one step of FollowRun.
+type RunProgress struct {
+	// Status is the dispatcher's record of the run (zero until it has one).
+	Status schemas.RunStatus
+	// Scores are the scores first seen since the previous step, one per
+	// episode of the run, in stream order.
+	Scores []schemas.Score
+	// Scored counts the distinct episodes scored so far.
+	Scored int
+	// Err is a transient read error of this step (NATS down or
+	// restarting): the follow goes on and picks up where it was.
+	Err error
+}
+
+// FollowRun follows run runID: every `every` it reads the new scores and
+// the run's status and yields them. It ends after the step whose status
+// is Finished (that step holds the scores that finished the run), with an
+// error when the dispatcher rejected the run, and with ctx's error (and
+// the last progress) when ctx is done. It rides out NATS outages: a failed
+// read is reported in RunProgress.Err and retried on the next step.
+func FollowRun(ctx context.Context, conn *Conn, runID string, every time.Duration) iter.Seq2[RunProgress, error] {
+	return func(yield func(RunProgress, error) bool) {
+		kv, err := conn.js.KeyValue(ctx, schemas.BucketRuns)
+		if err != nil {
+			yield(RunProgress{}, fmt.Errorf("runs bucket: %w", err))
+			return
+		}
+		cons, err := conn.js.OrderedConsumer(ctx, schemas.StreamScores, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{schemas.EpisodeScored.For(runID)}})
+		if err != nil {
+			yield(RunProgress{}, fmt.Errorf("follow scores of run %s: %w", runID, err))
+			return
+		}
+		seen := map[string]bool{}
+		// read appends the scores stored since the last read.
+		read := func(p *RunProgress) {
+			for {
+				batch, err := cons.FetchNoWait(500)
+				if err != nil {
+					p.Err = err
+					return
+				}
+				n := 0
+				for m := range batch.Messages() {
+					n++
+					var sc schemas.Score
+					if json.Unmarshal(m.Data(), &sc) == nil && strings.HasPrefix(sc.EpisodeID, runID+"--") && !seen[sc.EpisodeID] {
+						seen[sc.EpisodeID] = true
+						p.Scores = append(p.Scores, sc)
+					}
+				}
+				if n == 0 {
+					return
+				}
+			}
+		}
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		var st schemas.RunStatus
+		for {
+			var p RunProgress
+			read(&p)
+			if e, err := kv.Get(ctx, runID); err == nil {
+				_ = json.Unmarshal(e.Value(), &st)
+			} else if !errors.Is(err, jetstream.ErrKeyNotFound) && p.Err == nil && ctx.Err() == nil {
+				p.Err = err
+			}
+			p.Status = st
+			if st.Error != "" {
+				yield(p, fmt.Errorf("run %s rejected by the dispatcher: %s", runID, st.Error))
+				return
+			}
+			if st.Finished {
+				read(&p) // the scores that finished it
+			}
+			p.Scored = len(seen)
+			if !yield(p, nil) || st.Finished {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				yield(RunProgress{Status: st, Scored: len(seen)}, ctx.Err())
+				return
+			case <-tick.C:
+			}
+		}
+	}
+}

@@ -1,0 +1,108 @@
+package bus_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/schemas"
+)
+
+func putStatus(t *testing.T, ctx context.Context, conn *bus.Conn, runID string, st schemas.RunStatus) {
+	t.Helper()
+	kv, err := bus.JetStream(conn).KeyValue(ctx, schemas.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(st)
+	if _, err := kv.Put(ctx, runID, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func publishScore(t *testing.T, ctx context.Context, conn *bus.Conn, msgID string, sc schemas.Score) {
+	t.Helper()
+	if err := conn.Publish(ctx, schemas.EpisodeScored.For(sc.RunID), msgID, sc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSubmitRunOnce: a resubmitted run is one message (the run's message
+// id), which is what lets `medgym run --run-id` continue a run.
+func TestSubmitRunOnce(t *testing.T) {
+	conn, ctx := setup(t)
+	spec := schemas.RunSpec{RunID: "r1", Datasets: []string{"medcalcbench"}, Split: "test", Samples: 1,
+		Policy: schemas.PolicySpec{Name: schemas.PolicyReference}, Options: schemas.DefaultOptions(), MaxInFlight: 1,
+		SubmittedAt: time.Now().UTC()}
+	for range 2 {
+		if err := bus.SubmitRun(ctx, conn, spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := streamMsgs(t, ctx, conn, schemas.StreamRuns); n != 1 {
+		t.Fatalf("%d messages after two submissions, want 1", n)
+	}
+}
+
+// TestFollowRun: each episode's score is yielded once (a redelivered copy
+// and another run's score on the subject are not), and the follow ends
+// with the step that sees the run finished.
+func TestFollowRun(t *testing.T) {
+	conn, ctx := setup(t)
+	putStatus(t, ctx, conn, "r1", schemas.RunStatus{Total: 2, Published: 2})
+	publishScore(t, ctx, conn, "a", score("r1--a-k0"))
+	publishScore(t, ctx, conn, "a-again", score("r1--a-k0"))
+	publishScore(t, ctx, conn, "x", score("other--x-k0"))
+	var got []string
+	steps := 0
+	for p, err := range bus.FollowRun(ctx, conn, "r1", 10*time.Millisecond) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps++
+		for _, sc := range p.Scores {
+			got = append(got, sc.EpisodeID)
+		}
+		if steps == 1 {
+			if p.Scored != 1 || p.Status.Total != 2 || p.Status.Finished {
+				t.Fatalf("first step %+v", p)
+			}
+			publishScore(t, ctx, conn, "b", score("r1--b-k0"))
+			putStatus(t, ctx, conn, "r1", schemas.RunStatus{Total: 2, Published: 2, Done: 2, Finished: true})
+		}
+		if p.Status.Finished && p.Scored != 2 {
+			t.Fatalf("finished with %d scores", p.Scored)
+		}
+	}
+	if strings.Join(got, ",") != "r1--a-k0,r1--b-k0" {
+		t.Fatalf("scores %v, want r1--a-k0 then r1--b-k0", got)
+	}
+}
+
+// TestFollowRunEnds: a run the dispatcher rejected ends the follow with
+// its reason; a done context with the context's error.
+func TestFollowRunEnds(t *testing.T) {
+	conn, ctx := setup(t)
+	putStatus(t, ctx, conn, "bad", schemas.RunStatus{Error: "no such dataset", Finished: true})
+	var err error
+	for _, err = range bus.FollowRun(ctx, conn, "bad", 10*time.Millisecond) {
+	}
+	if err == nil || !strings.Contains(err.Error(), "rejected by the dispatcher: no such dataset") {
+		t.Fatalf("rejected run: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	n := 0
+	for _, err = range bus.FollowRun(cctx, conn, "never", 10*time.Millisecond) {
+		if n++; n == 3 {
+			cancel()
+		}
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled follow: %v", err)
+	}
+}
