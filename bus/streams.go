@@ -14,6 +14,11 @@ import (
 type StreamOptions struct {
 	// Storage is file (default) or memory.
 	Memory bool
+	// PlacementCluster and PlacementTags place new streams and buckets on
+	// a named cluster or on servers with these server_tags (none: anywhere).
+	PlacementCluster string
+	PlacementTags    []string
+	flagErr          *error // a bad MEDGYM_REPLICAS, reported by Validate
 	// MaxAge bounds how long messages are kept for replay (default 7 days).
 	MaxAge time.Duration
 	// Duplicates is the dedupe window for Nats-Msg-Id (default 10 min).
@@ -36,7 +41,11 @@ func (o StreamOptions) withDefaults() StreamOptions {
 }
 
 // EnsureStreams creates or updates every stream and key-value bucket named
-// in schemas. Every service calls it at start-up; it is idempotent.
+// in schemas. Every service calls it at start-up; it is idempotent. The
+// first process to create a stream or bucket sets its replicas and
+// placement; later ones keep them (a worker started without --replicas
+// never shrinks an R3 stream to R1). Consumers have no replica count of
+// their own: they take their stream's.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 	o = o.withDefaults()
 	storage := jetstream.FileStorage
@@ -51,23 +60,25 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions)
 			Storage:    storage,
 			MaxAge:     o.MaxAge,
 			Duplicates: o.Duplicates,
-			Replicas:   o.Replicas,
 			Discard:    jetstream.DiscardOld,
 		}
+		cfg.Replicas, cfg.Placement = o.placed(ctx, js, name)
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", name, err)
 		}
 	}
 	for _, b := range []string{schemas.BucketRuns, schemas.BucketEpisodes, schemas.BucketCompletions} {
+		replicas, placement := o.placed(ctx, js, "KV_"+b)
 		if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: b, Storage: storage, Replicas: o.Replicas, History: 1,
+			Bucket: b, Storage: storage, Replicas: replicas, Placement: placement, History: 1,
 		}); err != nil {
 			return fmt.Errorf("ensure key-value bucket %s: %w", b, err)
 		}
 	}
 	// Offloaded payloads live as long as the messages that name them.
+	replicas, placement := o.placed(ctx, js, "OBJ_"+schemas.BucketBlobs)
 	if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket: schemas.BucketBlobs, Storage: storage, Replicas: o.Replicas, TTL: o.MaxAge,
+		Bucket: schemas.BucketBlobs, Storage: storage, Replicas: replicas, Placement: placement, TTL: o.MaxAge,
 	}); err != nil {
 		return fmt.Errorf("ensure object store %s: %w", schemas.BucketBlobs, err)
 	}

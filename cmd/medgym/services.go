@@ -49,6 +49,7 @@ type serviceFlags struct {
 	logLevel            string
 	metricsAddr         string
 	natsTLS             bus.TLS
+	streams             bus.StreamOptions
 	maxEpisodes         int
 }
 
@@ -82,6 +83,7 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.metricsAddr, "metrics", "", "serve Prometheus /metrics and /healthz of the in-process services on this address (e.g. 127.0.0.1:9100)")
 	fs.IntVar(&f.maxEpisodes, "max-episodes", 1_000_000, "most episodes (tasks × samples) of one run; larger runs are refused (checked here and by the dispatcher)")
 	f.natsTLS.RegisterFlags(fs, os.Getenv)
+	f.streams.RegisterFlags(fs, os.Getenv)
 }
 
 // validate rejects values the services would misread: a negative retry
@@ -104,6 +106,9 @@ func (f *serviceFlags) validate() error {
 		if c.v < c.min {
 			return fmt.Errorf("--%s %d: must be ≥ %d", c.name, c.v, c.min)
 		}
+	}
+	if err := f.streams.Validate(); err != nil {
+		return err
 	}
 	if f.llmTimeout <= 0 {
 		return fmt.Errorf("--llm-timeout %s: must be positive", f.llmTimeout)

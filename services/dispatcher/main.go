@@ -31,12 +31,14 @@ func main() {
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("dispatcher", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	natsURL := fs.String("nats", envOr(getenv, "MEDGYM_NATS", "nats://127.0.0.1:4222"), "NATS URL (env MEDGYM_NATS)")
+	natsURL := fs.String("nats", envOr(getenv, "MEDGYM_NATS", "nats://127.0.0.1:4222"), "NATS URL, or several seed URLs of a cluster comma-separated (env MEDGYM_NATS)")
 	data := fs.String("data", envOr(getenv, "MEDGYM_DATA", "../shared/data"), "shared data root (env MEDGYM_DATA)")
 	library := fs.String("library", envOr(getenv, "MEDGYM_LIBRARY", "build/library"), "generated task library (env MEDGYM_LIBRARY)")
-	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", "127.0.0.1:9101"), "address of /metrics and /healthz: loopback by default; in a container or pod its own IP or host name (e.g. $POD_IP:9101); empty: off (env MEDGYM_METRICS)")
+	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", "127.0.0.1:9101"), "address of /metrics and /healthz: loopback by default; in a container or pod its own IP or host name (e.g. $POD_IP:9101); port 0 picks a free port (logged); taken: a warning (see --metrics-required); empty: off (env MEDGYM_METRICS)")
 	var natsTLS bus.TLS
 	natsTLS.RegisterFlags(fs, getenv)
+	var start bus.StartFlags
+	start.RegisterFlags(fs, getenv)
 	defMax := dispatch.DefaultMaxEpisodes
 	if v := getenv("MEDGYM_MAX_EPISODES"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -54,7 +56,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "dispatcher")
 	log.Info("config", "nats", schemas.RedactURL(*natsURL), "data", *data, "max_episodes", *maxEpisodes)
-	conn, metrics, err := bus.Start(ctx, *natsURL, "dispatcher", *metricsAddr, log, bus.WithTLS(natsTLS))
+	startOpts, err := start.Options()
+	if err != nil {
+		return err
+	}
+	conn, metrics, err := bus.Start(ctx, *natsURL, "dispatcher", *metricsAddr, log, append(startOpts, bus.WithTLS(natsTLS))...)
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	fs := flag.NewFlagSet("llm-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	host, _ := os.Hostname()
-	natsURL := fs.String("nats", envOr(getenv, "MEDGYM_NATS", "nats://127.0.0.1:4222"), "NATS URL (env MEDGYM_NATS)")
+	natsURL := fs.String("nats", envOr(getenv, "MEDGYM_NATS", "nats://127.0.0.1:4222"), "NATS URL, or several seed URLs of a cluster comma-separated (env MEDGYM_NATS)")
 	data := fs.String("data", envOr(getenv, "MEDGYM_DATA", "../shared/data"), "shared data root, for reference solutions (env MEDGYM_DATA)")
 	tasksDir := fs.String("tasks-dir", "", "upstream MedAgentGym task folder")
 	conc := fs.Int("concurrency", 32, "episode steps at once")
@@ -49,9 +49,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	systemAsUser := fs.Bool("system-as-user", false, "fold the system prompt into the first user message")
 	name := fs.String("name", host+"/llm-worker", "worker name recorded in trajectories")
 	library := fs.String("library", envOr(getenv, "MEDGYM_LIBRARY", "build/library"), "generated task library (env MEDGYM_LIBRARY)")
-	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", "127.0.0.1:9102"), "address of /metrics and /healthz: loopback by default; in a container or pod its own IP or host name (e.g. $POD_IP:9102); empty: off (env MEDGYM_METRICS)")
+	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", "127.0.0.1:9102"), "address of /metrics and /healthz: loopback by default; in a container or pod its own IP or host name (e.g. $POD_IP:9102); port 0 picks a free port (logged); taken: a warning (see --metrics-required); empty: off (env MEDGYM_METRICS)")
 	var natsTLS bus.TLS
 	natsTLS.RegisterFlags(fs, getenv)
+	var start bus.StartFlags
+	start.RegisterFlags(fs, getenv)
 	ackWait := fs.Duration("ack-wait", 60*time.Second, "how long a message may go unacked (in-progress acks keep long work alive) before another process gets it")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -61,7 +63,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "llm-worker")
 	log.Info("config", "nats", schemas.RedactURL(*natsURL), "data", *data, "llm_url", schemas.RedactURL(*llmURL), "concurrency", *conc) // API keys are never logged
-	conn, metrics, err := bus.Start(ctx, *natsURL, "llm-worker", *metricsAddr, log, bus.WithTLS(natsTLS))
+	startOpts, err := start.Options()
+	if err != nil {
+		return err
+	}
+	conn, metrics, err := bus.Start(ctx, *natsURL, "llm-worker", *metricsAddr, log, append(startOpts, bus.WithTLS(natsTLS))...)
 	if err != nil {
 		return err
 	}

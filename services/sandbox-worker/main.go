@@ -31,7 +31,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	fs := flag.NewFlagSet("sandbox-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	host, _ := os.Hostname()
-	natsURL := fs.String("nats", envOr(getenv, "MEDGYM_NATS", "nats://127.0.0.1:4222"), "NATS URL (env MEDGYM_NATS)")
+	natsURL := fs.String("nats", envOr(getenv, "MEDGYM_NATS", "nats://127.0.0.1:4222"), "NATS URL, or several seed URLs of a cluster comma-separated (env MEDGYM_NATS)")
 	data := fs.String("agent-tree", envOr(getenv, "MEDGYM_AGENT_TREE", "build/library/agent"), "the task library's agent tree (<library>/agent) or an upstream folder's staged agent view; task resources are mounted read-only from here, and a directory holding task files is refused (env MEDGYM_AGENT_TREE)")
 	backend := fs.String("backend", "bwrap", "sandbox backend: bwrap or docker")
 	image := fs.String("docker-image", "medgym/sandbox:latest", "image of the docker backend (built by make sandbox-image)")
@@ -44,9 +44,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	memMB := fs.Int("memory-mb", 2048, "memory limit of one run")
 	diskMB := fs.Int64("disk-mb", 1024, "workspace disk quota of one episode; a run that grows it past this is killed (-1: none)")
 	name := fs.String("name", host+"/sandbox-worker", "worker name recorded in observations")
-	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", "127.0.0.1:9103"), "address of /metrics and /healthz: loopback by default; in a container or pod its own IP or host name (e.g. $POD_IP:9103); empty: off (env MEDGYM_METRICS)")
+	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", "127.0.0.1:9103"), "address of /metrics and /healthz: loopback by default; in a container or pod its own IP or host name (e.g. $POD_IP:9103); port 0 picks a free port (logged); taken: a warning (see --metrics-required); empty: off (env MEDGYM_METRICS)")
 	var natsTLS bus.TLS
 	natsTLS.RegisterFlags(fs, getenv)
+	var start bus.StartFlags
+	start.RegisterFlags(fs, getenv)
 	ackWait := fs.Duration("ack-wait", 60*time.Second, "how long a message may go unacked (in-progress acks keep long work alive) before another process gets it")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -54,7 +56,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "sandbox-worker")
 	log.Info("config", "nats", schemas.RedactURL(*natsURL), "agent-tree", *data, "backend", *backend, "warm", *warm, "docker-ready", *dockerReady,
 		"seccomp", *seccomp, "require-cgroups", *requireCg, "concurrency", *conc)
-	conn, metrics, err := bus.Start(ctx, *natsURL, "sandbox-worker", *metricsAddr, log, bus.WithTLS(natsTLS))
+	startOpts, err := start.Options()
+	if err != nil {
+		return err
+	}
+	conn, metrics, err := bus.Start(ctx, *natsURL, "sandbox-worker", *metricsAddr, log, append(startOpts, bus.WithTLS(natsTLS))...)
 	if err != nil {
 		return err
 	}

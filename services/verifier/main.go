@@ -32,7 +32,7 @@ func main() {
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("verifier", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	natsURL := fs.String("nats", envOr(getenv, "MEDGYM_NATS", "nats://127.0.0.1:4222"), "NATS URL (env MEDGYM_NATS)")
+	natsURL := fs.String("nats", envOr(getenv, "MEDGYM_NATS", "nats://127.0.0.1:4222"), "NATS URL, or several seed URLs of a cluster comma-separated (env MEDGYM_NATS)")
 	data := fs.String("data", envOr(getenv, "MEDGYM_DATA", "../shared/data"), "shared data root: ground truth (env MEDGYM_DATA)")
 	tasksDir := fs.String("tasks-dir", "", "upstream MedAgentGym task folder")
 	storeURL := fs.String("store", envOr(getenv, "MEDGYM_STORE", "runs"), "trajectory store: a directory or s3://bucket/prefix (env MEDGYM_STORE)")
@@ -43,16 +43,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	penalty := fs.Float64("wrong-answer-penalty", 0, "EHRSQL 2024's c on tasks that offer abstention: reward −c for a wrong answer or no answer, 1 for a right answer or a right abstention, 0 for a wrong abstention; 0 = off")
 	gradedML := fs.Bool("graded-ml", false, "reward predictions tasks with their accuracy instead of 1/0 (upstream's EHRSHOT style)")
 	library := fs.String("library", envOr(getenv, "MEDGYM_LIBRARY", "build/library"), "generated task library (env MEDGYM_LIBRARY)")
-	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", "127.0.0.1:9104"), "address of /metrics and /healthz: loopback by default; in a container or pod its own IP or host name (e.g. $POD_IP:9104); empty: off (env MEDGYM_METRICS)")
+	metricsAddr := fs.String("metrics", envOr(getenv, "MEDGYM_METRICS", "127.0.0.1:9104"), "address of /metrics and /healthz: loopback by default; in a container or pod its own IP or host name (e.g. $POD_IP:9104); port 0 picks a free port (logged); taken: a warning (see --metrics-required); empty: off (env MEDGYM_METRICS)")
 	var natsTLS bus.TLS
 	natsTLS.RegisterFlags(fs, getenv)
+	var start bus.StartFlags
+	start.RegisterFlags(fs, getenv)
 	ackWait := fs.Duration("ack-wait", 60*time.Second, "how long a message may go unacked (in-progress acks keep long work alive) before another process gets it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "verifier")
 	log.Info("config", "nats", schemas.RedactURL(*natsURL), "data", *data, "store", *storeURL, "concurrency", *conc)
-	conn, metrics, err := bus.Start(ctx, *natsURL, "verifier", *metricsAddr, log, bus.WithTLS(natsTLS))
+	startOpts, err := start.Options()
+	if err != nil {
+		return err
+	}
+	conn, metrics, err := bus.Start(ctx, *natsURL, "verifier", *metricsAddr, log, append(startOpts, bus.WithTLS(natsTLS))...)
 	if err != nil {
 		return err
 	}
