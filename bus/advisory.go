@@ -7,7 +7,6 @@ import (
 	"log/slog"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/medgym/medgym/schemas"
 )
@@ -45,14 +44,8 @@ func WatchMaxDeliveries(ctx context.Context, conn *Conn, log *slog.Logger) (stop
 			log.Warn("dead letter: get message", "stream", adv.Stream, "seq", adv.StreamSeq, "err", err)
 			return
 		}
-		dl := nats.NewMsg(string(schemas.DeadLetter) + ".maxdeliver")
-		dl.Data = raw.Data
-		if b := raw.Header.Get(HeaderBlob); b != "" {
-			dl.Header.Set(HeaderBlob, b) // an offloaded payload: its object, not a copy
-		}
-		dl.Header.Set(HeaderDeadSubject, raw.Subject)
-		dl.Header.Set(HeaderDeadReason, fmt.Sprintf("consumer %s gave up after %d deliveries", adv.Consumer, adv.Deliveries))
-		dl.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("dead/%s/%d", adv.Stream, adv.StreamSeq))
+		dl := deadLetterMsg("maxdeliver", raw.Data, raw.Header, raw.Subject,
+			fmt.Sprintf("consumer %s gave up after %d deliveries", adv.Consumer, adv.Deliveries), adv.Stream, adv.StreamSeq)
 		if _, err := conn.JS.PublishMsg(ctx, dl); err != nil {
 			log.Warn("dead letter: publish", "err", err)
 			return

@@ -58,7 +58,8 @@ func (t TLS) options() ([]nats.Option, error) {
 type ConnectOption func(*connectConfig)
 
 type connectConfig struct {
-	tls TLS
+	tls  TLS
+	auth Auth
 
 	// Start only.
 	streams         StreamOptions
@@ -70,6 +71,7 @@ func WithTLS(t TLS) ConnectOption { return func(c *connectConfig) { c.tls = t } 
 
 // Connect dials url and returns a connection that reconnects forever. The
 // URL's credentials never reach a log or an error (schemas.RedactURL).
+// WithTLS and WithAuth (credentials, see AuthFromEnv) configure it.
 func Connect(ctx context.Context, url, name string, log *slog.Logger, opts ...ConnectOption) (*Conn, error) {
 	var cfg connectConfig
 	for _, o := range opts {
@@ -79,8 +81,12 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger, opts ...Co
 	if err != nil {
 		return nil, err
 	}
+	authOpts, err := cfg.auth.options()
+	if err != nil {
+		return nil, err
+	}
 	shown := schemas.RedactURL(url)
-	nc, err := nats.Connect(url, append(tlsOpts,
+	nopts := append(append(tlsOpts, authOpts...),
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
@@ -90,7 +96,19 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger, opts ...Co
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("nats reconnected", "url", schemas.RedactURL(c.ConnectedUrl())) }),
-	)...)
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subj := ""
+			if sub != nil {
+				subj = sub.Subject
+			}
+			if isPermissionViolation(err) {
+				log.Error("nats refused an operation this user is not allowed (see deploy/nats)", "auth", cfg.auth.String(), "subscription", subj, "err", err)
+				return
+			}
+			log.Warn("nats async error", "subscription", subj, "err", err)
+		}),
+	)
+	nc, err := nats.Connect(url, nopts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w (is nats-server running with -js? use --nats to point elsewhere)", shown, err)
 	}

@@ -3,20 +3,46 @@
 // It creates the streams, consumers and key-value buckets named in schemas,
 // publishes messages with deterministic Nats-Msg-Id headers (so a re-publish
 // after a crash is dropped by the stream's duplicate window), and runs typed
-// handlers on a Watermill Router over watermill-nats' JetStream subscriber.
+// handlers on a Watermill Router over its own JetStream subscriber.
 //
 // Ack policy, in one place:
 //   - handler returns nil: Ack (double ack: the server confirms it).
-//   - handler returns Permanent(err), or the payload does not decode or
-//     validate: the message goes to the dead-letter stream with the reason,
-//     then it is acked (Watermill's poison-queue middleware).
+//   - junk, a message no handler could ever use: the body is not a JSON
+//     object (empty, null, [], garbage), does not decode or validate as the
+//     handler's type, or the handler returns Junk (a message for a run the
+//     dispatcher never accepted, or an episode it never planned; see Runs):
+//     Ack, counted in medgym_messages_junk_total{handler,reason} and logged
+//     at most once per JunkLogInterval per handler. Junk is never
+//     dead-lettered, so a flood of it cannot evict the dead letters that
+//     matter.
+//   - handler returns Permanent(err): a copy goes to the dead-letter stream
+//     (subject medgym.deadletter.poison) with the reason and original
+//     subject as headers, then the message is acked. The copy's
+//     Nats-Msg-Id is dead/<stream>/<stream sequence>, so redeliveries of one
+//     message make one dead letter, and a message that already carries a
+//     reason (a replayed dead letter) keeps its first one.
 //   - any other error: Nak with a delay from an exponential backoff keyed on
 //     the delivery count; JetStream redelivers up to MaxDeliver times, then
 //     its max-deliveries advisory moves the message to the dead-letter
-//     stream too (see WatchMaxDeliveries). No handler retries in a loop.
+//     stream too (see WatchMaxDeliveries; same id scheme). No handler
+//     retries in a loop.
+//   - the dead-letter path never produces dead letters: a handler on the
+//     dead-letter stream that fails permanently has its message counted as
+//     junk (reason dead_letter) and acked, and WatchMaxDeliveries ignores
+//     the dead-letter stream.
 //   - shutdown: no ack; the message is redelivered to another process.
-//   - long work: the InProgress middleware touches the message every
-//     AckWait/3 so JetStream does not redeliver it while it is being worked on.
+//   - long work: in-progress acks every AckWait/3 keep JetStream from
+//     redelivering a message while it is being worked on.
+//
+// The dead-letter stream is bounded: DefaultDeadLetterMaxAge (14 days),
+// DefaultDeadLetterMaxBytes (1 GiB) and DefaultDeadLetterMaxMsgs (100,000),
+// discarding the oldest (StreamOptions sets other bounds). Every other
+// stream keeps messages for StreamOptions.MaxAge (7 days).
+//
+// Connect takes credentials with WithAuth; AuthFromEnv reads them from the
+// MEDGYM_NATS_* variables (a creds file, an nkey seed file, or a user and a
+// password or password file), never from the command line. SECURITY.md and
+// deploy/nats say which user may publish what.
 //
 // Payload size: a payload over the server's max_payload (less headroom) is
 // put in the MEDGYM_BLOBS object store, and the message carries its name in

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Metrics are the Prometheus metrics of one process. Handlers registered on
@@ -22,6 +23,7 @@ type Metrics struct {
 	Registry *prometheus.Registry
 
 	handled  *prometheus.CounterVec
+	junk     *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	inflight *prometheus.GaugeVec
 	pending  *prometheus.GaugeVec
@@ -41,7 +43,10 @@ func NewMetrics() *Metrics {
 	m := &Metrics{
 		Registry: r,
 		handled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "medgym_messages_handled_total",
-			Help: "Messages handled, by handler and result (ack, retry, dead)."}, []string{"handler", "result"}),
+			Help: "Messages handled, by handler and result (ack, retry, dead, junk)."}, []string{"handler", "result"}),
+		junk: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "medgym_messages_junk_total",
+			Help: "Messages no handler could ever use (undecodable, invalid, unknown run or episode, unusable dead letter): acked and dropped, never dead-lettered."},
+			[]string{"handler", "reason"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "medgym_handler_duration_seconds",
 			Help:    "Time to handle one message (an LLM step, a sandbox action, a scoring).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 12)}, []string{"handler"}),
@@ -53,7 +58,7 @@ func NewMetrics() *Metrics {
 			Help: "Messages delivered and not yet acked on a durable consumer."}, []string{"stream", "consumer"}),
 		consumers: map[string]consumerRef{},
 	}
-	r.MustRegister(m.handled, m.duration, m.inflight, m.pending, m.ackPend)
+	r.MustRegister(m.handled, m.junk, m.duration, m.inflight, m.pending, m.ackPend)
 	return m
 }
 
@@ -63,6 +68,8 @@ func (m *Metrics) observe(handler string, d time.Duration, err error) {
 	}
 	res := "ack"
 	switch {
+	case IsJunk(err):
+		res = "junk"
 	case IsPermanent(err):
 		res = "dead"
 	case err != nil:
@@ -70,6 +77,26 @@ func (m *Metrics) observe(handler string, d time.Duration, err error) {
 	}
 	m.handled.WithLabelValues(handler, res).Inc()
 	m.duration.WithLabelValues(handler).Observe(d.Seconds())
+}
+
+func (m *Metrics) countJunk(handler, reason string) {
+	if m == nil {
+		return
+	}
+	m.junk.WithLabelValues(handler, reason).Inc()
+}
+
+// Junk counts the junk a handler dropped for reason (see Junk). It is what
+// medgym_messages_junk_total{handler,reason} exports.
+func (m *Metrics) Junk(handler, reason string) float64 {
+	if m == nil {
+		return 0
+	}
+	var out dto.Metric
+	if err := m.junk.WithLabelValues(handler, reason).Write(&out); err != nil {
+		return 0
+	}
+	return out.GetCounter().GetValue()
 }
 
 func (m *Metrics) track(stream, durable string) {

@@ -5,13 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	wjs "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/jetstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/medgym/medgym/schemas"
 )
@@ -22,20 +24,16 @@ const (
 	HeaderDeadSubject = "medgym_dead_subject"
 )
 
-// deadLetterPoison is the subject handler failures are moved to.
-var deadLetterPoison = string(schemas.DeadLetter) + ".poison"
-
 // Router runs typed handlers over JetStream durable consumers with
-// Watermill's Router and middleware.
+// Watermill's Router.
 type Router struct {
 	// Metrics, when set before handlers are added, measures them.
 	Metrics *Metrics
 
 	conn *Conn
 	log  *slog.Logger
-	wlog watermill.LoggerAdapter
+	junk *junkLog
 	r    *message.Router
-	pub  message.Publisher
 }
 
 // NewRouter returns a Router publishing dead letters through conn.
@@ -47,17 +45,8 @@ func NewRouter(conn *Conn, log *slog.Logger) (*Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new router: %w", err)
 	}
-	pub, err := wjs.NewPublisher(wjs.PublisherConfig{Conn: conn.NC, Logger: wlog})
-	if err != nil {
-		return nil, fmt.Errorf("new dead-letter publisher: %w", err)
-	}
-	rt := &Router{conn: conn, log: log, wlog: wlog, r: r, pub: pub}
-	poison, err := middleware.PoisonQueueWithFilter(pub, deadLetterPoison, IsPermanent)
-	if err != nil {
-		return nil, fmt.Errorf("poison queue: %w", err)
-	}
-	r.AddMiddleware(middleware.Recoverer, poison, rt.logOnce)
-	return rt, nil
+	r.AddMiddleware(middleware.Recoverer)
+	return &Router{conn: conn, log: log, junk: newJunkLog(log, JunkLogInterval), r: r}, nil
 }
 
 // HandlerOptions configure one handler.
@@ -70,7 +59,8 @@ type HandlerOptions struct {
 }
 
 // Handle registers h for messages of type In on the durable consumer in o.
-// A payload that does not decode or validate is a dead letter.
+// A payload that is not a JSON object, or does not decode or validate, is
+// junk (see Junk).
 func Handle[In schemas.Validator](rt *Router, name string, o HandlerOptions, h func(ctx context.Context, in In) error) error {
 	o.ConsumerOptions = o.ConsumerOptions.withDefaults()
 	if o.Concurrency < 1 {
@@ -81,22 +71,26 @@ func Handle[In schemas.Validator](rt *Router, name string, o HandlerOptions, h f
 		return err
 	}
 	rt.Metrics.track(o.Stream, o.Durable)
-	hf := func(msg *message.Message) (err error) {
+	deadLetters := o.Stream == schemas.StreamDeadLetter
+	hf := func(msg *message.Message) error {
+		ctx := msg.Context()
 		if m := rt.Metrics; m != nil {
 			m.inflight.WithLabelValues(name).Inc()
-			start := time.Now()
-			defer func() {
-				m.inflight.WithLabelValues(name).Dec()
-				m.observe(name, time.Since(start), err)
-			}()
+			defer m.inflight.WithLabelValues(name).Dec()
 		}
-		in, err := schemas.Decode[In](payloadOf(msg))
-		if err != nil {
-			return Permanent(err)
+		start := time.Now()
+		err := rt.call(msg, o.AckWait, func(ctx context.Context) error {
+			in, err := decode[In](payloadOf(msg))
+			if err != nil {
+				return err
+			}
+			return h(ctx, in)
+		})
+		if deadLetters && IsPermanent(err) && !IsJunk(err) {
+			err = Junk(JunkDeadLetter, err) // the dead-letter path never produces dead letters
 		}
-		stop := rt.keepAlive(msg.Context(), o.AckWait)
-		defer stop()
-		return h(context.WithValue(msg.Context(), metadataKey{}, map[string]string(msg.Metadata)), in)
+		rt.Metrics.observe(name, time.Since(start), err)
+		return rt.settle(ctx, name, err)
 	}
 	for i := range o.Concurrency {
 		sub := newSubscriber(cons, rt.log, backoff{max: 30 * time.Second}.WaitTime)
@@ -105,6 +99,90 @@ func Handle[In schemas.Validator](rt *Router, name string, o HandlerOptions, h f
 	}
 	return nil
 }
+
+// call runs h with the message's headers in its context, sending
+// in-progress acks while it runs.
+func (rt *Router) call(msg *message.Message, ackWait time.Duration, h func(context.Context) error) error {
+	stop := rt.keepAlive(msg.Context(), ackWait)
+	defer stop()
+	return h(context.WithValue(msg.Context(), metadataKey{}, map[string]string(msg.Metadata)))
+}
+
+// settle turns a handler's result into the ack verb: nil acks, an error
+// naks (JetStream redelivers it later). Junk is counted, logged
+// rate-limited and acked. A permanent failure is copied to the dead-letter
+// stream and acked (Handle makes the dead-letter stream's own permanent
+// failures junk: the dead-letter path never produces dead letters).
+func (rt *Router) settle(ctx context.Context, handler string, err error) error {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return err
+	}
+	jm, _ := Delivery(ctx)
+	subj, n := "", uint64(0)
+	if jm != nil {
+		subj = jm.Subject()
+		if md, mdErr := jm.Metadata(); mdErr == nil {
+			n = md.NumDelivered
+		}
+	}
+	if reason, ok := JunkReason(err); ok {
+		rt.Metrics.countJunk(handler, reason)
+		rt.junk.note(ctx, handler, subj, reason, err)
+		return nil
+	}
+	if !IsPermanent(err) {
+		rt.log.WarnContext(ctx, "handler failed", "handler", handler, "subject", subj, "delivery", n, "permanent", false, "err", err)
+		return err
+	}
+	if jm != nil {
+		if perr := poison(ctx, rt.conn, jm, err); perr != nil {
+			// Not acked: the message comes back and is poisoned again.
+			rt.log.WarnContext(ctx, "dead letter: publish", "handler", handler, "subject", subj, "err", perr)
+			return perr
+		}
+	}
+	rt.log.ErrorContext(ctx, "handler failed", "handler", handler, "subject", subj, "delivery", n, "permanent", true, "err", err)
+	return nil
+}
+
+// poison copies jm to the dead-letter stream. The copy's Nats-Msg-Id is
+// deadLetterID of the original, so a redelivered poison message is one
+// dead letter, and the first reason and subject recorded stay.
+func poison(ctx context.Context, conn *Conn, jm jetstream.Msg, reason error) error {
+	md, err := jm.Metadata()
+	if err != nil {
+		return fmt.Errorf("dead letter: metadata of %s: %w", jm.Subject(), err)
+	}
+	dl := deadLetterMsg("poison", jm.Data(), jm.Headers(), jm.Subject(), reason.Error(), md.Stream, md.Sequence.Stream)
+	if _, err := conn.JS.PublishMsg(ctx, dl); err != nil {
+		return fmt.Errorf("dead letter: publish copy of %s: %w", jm.Subject(), err)
+	}
+	return nil
+}
+
+// deadLetterMsg builds the dead-letter copy of message seq of stream:
+// same body and headers (but JetStream's own), the reason and original
+// subject unless an earlier dead-lettering recorded them, and the
+// deterministic id deadLetterID.
+func deadLetterMsg(kind string, data []byte, h nats.Header, subject, reason, stream string, seq uint64) *nats.Msg {
+	dl := nats.NewMsg(schemas.DeadLetter.For(kind))
+	dl.Data = data
+	for k, v := range h {
+		if len(v) > 0 && !strings.HasPrefix(k, "Nats-") {
+			dl.Header.Set(k, v[0])
+		}
+	}
+	if dl.Header.Get(HeaderDeadReason) == "" {
+		dl.Header.Set(HeaderDeadReason, reason)
+		dl.Header.Set(HeaderDeadSubject, subject)
+	}
+	dl.Header.Set(jetstream.MsgIDHeader, deadLetterID(stream, seq))
+	return dl
+}
+
+// deadLetterID is the Nats-Msg-Id of the dead-letter copy of a stream
+// message: deterministic, so the stream keeps one copy per message.
+func deadLetterID(stream string, seq uint64) string { return fmt.Sprintf("dead/%s/%d", stream, seq) }
 
 // keepAlive sends in-progress acks every ackWait/3 until stop is called.
 func (rt *Router) keepAlive(ctx context.Context, ackWait time.Duration) (stop func()) {
@@ -129,33 +207,6 @@ func (rt *Router) keepAlive(ctx context.Context, ackWait time.Duration) (stop fu
 		}
 	})
 	return func() { close(done); wg.Wait() }
-}
-
-// logOnce logs a handler error once, with its delivery count, and forgets
-// the delivery afterwards.
-func (rt *Router) logOnce(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		out, err := h(msg)
-		m, ok := Delivery(msg.Context())
-		if err != nil && !errors.Is(err, context.Canceled) {
-			var n uint64
-			subj := ""
-			if ok {
-				subj = m.Subject()
-				if md, mdErr := m.Metadata(); mdErr == nil {
-					n = md.NumDelivered
-				}
-			}
-			msg.Metadata.Set(HeaderDeadSubject, subj)
-			level := slog.LevelWarn
-			if IsPermanent(err) {
-				level = slog.LevelError
-			}
-			rt.log.Log(msg.Context(), level, "handler failed", "handler", message.HandlerNameFromCtx(msg.Context()),
-				"subject", subj, "delivery", n, "permanent", IsPermanent(err), "err", err)
-		}
-		return out, err
-	}
 }
 
 // Run runs the router until ctx is done, then closes it (in-flight handlers

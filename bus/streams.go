@@ -25,7 +25,23 @@ type StreamOptions struct {
 	Duplicates time.Duration
 	// Replicas for clustered servers (default 1).
 	Replicas int
+	// DeadLetterMaxAge, DeadLetterMaxBytes and DeadLetterMaxMsgs bound the
+	// dead-letter stream (defaults DefaultDeadLetterMaxAge,
+	// DefaultDeadLetterMaxBytes, DefaultDeadLetterMaxMsgs); past any of
+	// them the oldest dead letters are discarded.
+	DeadLetterMaxAge   time.Duration
+	DeadLetterMaxBytes int64
+	DeadLetterMaxMsgs  int64
 }
+
+// Bounds of the dead-letter stream. Junk never reaches it (see Junk), so
+// what fills it is messages of real runs that a handler gave up on; a dead
+// letter can be as large as a finished episode (up to the 8 MiB payload).
+const (
+	DefaultDeadLetterMaxAge   = 14 * 24 * time.Hour
+	DefaultDeadLetterMaxBytes = 1 << 30 // 1 GiB
+	DefaultDeadLetterMaxMsgs  = 100_000
+)
 
 func (o StreamOptions) withDefaults() StreamOptions {
 	if o.MaxAge == 0 {
@@ -36,6 +52,15 @@ func (o StreamOptions) withDefaults() StreamOptions {
 	}
 	if o.Replicas == 0 {
 		o.Replicas = 1
+	}
+	if o.DeadLetterMaxAge == 0 {
+		o.DeadLetterMaxAge = DefaultDeadLetterMaxAge
+	}
+	if o.DeadLetterMaxBytes == 0 {
+		o.DeadLetterMaxBytes = DefaultDeadLetterMaxBytes
+	}
+	if o.DeadLetterMaxMsgs == 0 {
+		o.DeadLetterMaxMsgs = DefaultDeadLetterMaxMsgs
 	}
 	return o
 }
@@ -63,6 +88,9 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions)
 			Discard:    jetstream.DiscardOld,
 		}
 		cfg.Replicas, cfg.Placement = o.placed(ctx, js, name)
+		if name == schemas.StreamDeadLetter {
+			cfg.MaxAge, cfg.MaxBytes, cfg.MaxMsgs = o.DeadLetterMaxAge, o.DeadLetterMaxBytes, o.DeadLetterMaxMsgs
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", name, err)
 		}

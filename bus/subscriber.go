@@ -39,6 +39,9 @@ func newSubscriber(cons jetstream.Consumer, log *slog.Logger, nakDelay func(uint
 	return &subscriber{cons: cons, log: log, nakDelay: nakDelay, closing: make(chan struct{})}
 }
 
+// pullExpiry is how long one pull request waits on the server (see Subscribe).
+const pullExpiry = 10 * time.Second
+
 type deliveryKey struct{}
 
 type payloadKey struct{}
@@ -61,7 +64,14 @@ func Delivery(ctx context.Context) (jetstream.Msg, bool) {
 // Subscribe starts pulling one message at a time. The topic is only a label:
 // the consumer's filter subject decides what arrives.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	it, err := s.cons.Messages(jetstream.PullMaxMessages(1))
+	// PullExpiry: nats.go v1.55's iterator skips the next pull request when
+	// its previous one is still being sent as the message arrives (a race
+	// between Next's checkPending and pullMessages' fetchInProgress), and
+	// then waits for two missed heartbeats, half the expiry each, before it
+	// asks again. With the default 30 s expiry a fast handler on one slot
+	// sometimes stalled for 30 s; 10 s bounds that stall at 10 s for a
+	// pull request every 10 s per idle slot.
+	it, err := s.cons.Messages(jetstream.PullMaxMessages(1), jetstream.PullExpiry(pullExpiry))
 	if err != nil {
 		return nil, err
 	}

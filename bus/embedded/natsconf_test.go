@@ -19,6 +19,7 @@ import (
 // TestDeployNATSConfListensOnLoopback (issue 13 item 10): deploy/nats/nats.conf
 // listened on 0.0.0.0 with monitoring open. Parsed by nats-server itself.
 func TestDeployNATSConfListensOnLoopback(t *testing.T) {
+	setPasswords(t)
 	o, err := server.ProcessConfigFile("../../deploy/nats/nats.conf")
 	if err != nil {
 		t.Fatal(err)
@@ -29,8 +30,19 @@ func TestDeployNATSConfListensOnLoopback(t *testing.T) {
 	if o.HTTPHost != "127.0.0.1" || o.HTTPPort != 8222 {
 		t.Errorf("monitoring on %s:%d, want 127.0.0.1:8222", o.HTTPHost, o.HTTPPort)
 	}
+	if len(o.Users) == 0 || o.NoAuthUser != "" {
+		t.Errorf("%d users, no_auth_user %q: authorisation is off", len(o.Users), o.NoAuthUser)
+	}
 	if !o.JetStream || o.MaxPayload != 8<<20 {
 		t.Errorf("jetstream %v, max payload %d", o.JetStream, o.MaxPayload)
+	}
+}
+
+// setPasswords gives every user of deploy/nats/auth.conf the password
+// "test", through the environment as nats-server reads it.
+func setPasswords(t *testing.T) {
+	for _, u := range []string{"DISPATCHER", "LLM_WORKER", "SANDBOX_WORKER", "VERIFIER", "CLIENT", "TRAINER", "ADMIN"} {
+		t.Setenv("MEDGYM_NATS_PASSWORD_"+u, "test")
 	}
 }
 
@@ -48,6 +60,7 @@ func TestDeployClusterConf(t *testing.T) {
 		ports[i] = ln.Addr().(*net.TCPAddr).Port
 		ln.Close()
 	}
+	setPasswords(t)
 	t.Setenv("NATS_ROUTE_PASSWORD", "route-secret")
 	for i := range 3 {
 		t.Setenv(fmt.Sprintf("NATS_ROUTE_%d", i+1), fmt.Sprintf("nats-route://route:route-secret@127.0.0.1:%d", ports[3+i]))
@@ -92,7 +105,11 @@ func TestDeployClusterConf(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	conn, err := bus.Connect(ctx, strings.Join(seeds, ","), "t", slog.New(slog.DiscardHandler))
+	// Authorisation is on (auth.conf): stream administration is admin's.
+	if _, err := bus.Connect(ctx, strings.Join(seeds, ","), "anonymous", slog.New(slog.DiscardHandler)); err == nil {
+		t.Error("the cluster let a client in without credentials")
+	}
+	conn, err := bus.Connect(ctx, strings.Join(seeds, ","), "t", slog.New(slog.DiscardHandler), bus.WithAuth(bus.Auth{User: "admin", Password: "test"}))
 	if err != nil {
 		t.Fatal(err)
 	}

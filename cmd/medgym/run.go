@@ -386,7 +386,11 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
 		url = ns.ClientURL()
 	}
-	var connOpts []bus.ConnectOption
+	auth, err := bus.AuthFromEnv(os.Getenv)
+	if err != nil {
+		return runResult{}, err
+	}
+	connOpts := []bus.ConnectOption{bus.WithAuth(auth)}
 	if f.nats != "" {
 		connOpts = append(connOpts, bus.WithTLS(f.natsTLS))
 	}

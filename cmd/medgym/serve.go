@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/schemas"
@@ -25,7 +26,11 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(stderr, f.logLevel)
-	conn, err := bus.Connect(ctx, *nats, "medgym-serve", log, bus.WithTLS(f.natsTLS))
+	auth, err := bus.AuthFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	conn, err := bus.Connect(ctx, *nats, "medgym-serve", log, bus.WithTLS(f.natsTLS), bus.WithAuth(auth))
 	if err != nil {
 		return err
 	}

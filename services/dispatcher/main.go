@@ -56,11 +56,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "dispatcher")
 	log.Info("config", "nats", schemas.RedactURL(*natsURL), "data", *data, "max_episodes", *maxEpisodes)
+	auth, err := bus.AuthFromEnv(getenv)
+	if err != nil {
+		return err
+	}
 	startOpts, err := start.Options()
 	if err != nil {
 		return err
 	}
-	conn, metrics, err := bus.Start(ctx, *natsURL, "dispatcher", *metricsAddr, log, append(startOpts, bus.WithTLS(natsTLS))...)
+	conn, metrics, err := bus.Start(ctx, *natsURL, "dispatcher", *metricsAddr, log, append(startOpts, bus.WithTLS(natsTLS), bus.WithAuth(auth))...)
 	if err != nil {
 		return err
 	}

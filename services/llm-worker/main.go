@@ -63,11 +63,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("service", "llm-worker")
 	log.Info("config", "nats", schemas.RedactURL(*natsURL), "data", *data, "llm_url", schemas.RedactURL(*llmURL), "concurrency", *conc) // API keys are never logged
+	auth, err := bus.AuthFromEnv(getenv)
+	if err != nil {
+		return err
+	}
 	startOpts, err := start.Options()
 	if err != nil {
 		return err
 	}
-	conn, metrics, err := bus.Start(ctx, *natsURL, "llm-worker", *metricsAddr, log, append(startOpts, bus.WithTLS(natsTLS))...)
+	conn, metrics, err := bus.Start(ctx, *natsURL, "llm-worker", *metricsAddr, log, append(startOpts, bus.WithTLS(natsTLS), bus.WithAuth(auth))...)
 	if err != nil {
 		return err
 	}

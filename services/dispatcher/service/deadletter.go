@@ -15,7 +15,8 @@ type DeadLetter struct {
 	Ref     *schemas.EpisodeRef
 }
 
-// UnmarshalJSON accepts the payload of any episode-pipeline message.
+// UnmarshalJSON accepts the payload of any episode-pipeline message (a JSON
+// object; the bus drops other bodies as junk before they get here).
 func (d *DeadLetter) UnmarshalJSON(b []byte) error {
 	var probe struct {
 		RunID     string              `json:"run_id"`
@@ -46,6 +47,7 @@ func (d *DeadLetter) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// Validate accepts every dead letter: one without an episode is logged and
-// dropped by the handler (rejecting it here would dead-letter it again).
+// Validate accepts every dead letter that decodes: one without a known
+// episode is junk to the handler (bus.Junk), and the bus never dead-letters
+// a dead letter again.
 func (d DeadLetter) Validate() error { return nil }

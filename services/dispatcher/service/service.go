@@ -337,13 +337,14 @@ func (d *Dispatcher) deadLetter(ctx context.Context, dl DeadLetter) error {
 		// A score that could not be counted is no episode's only record
 		// (the result it scores is stored): recording an infra_failure
 		// for it would let a malformed score replace a real outcome.
-		d.log.Warn("dead-lettered score dropped", "subject", dl.Subject, "reason", dl.Reason)
-		return nil
+		return bus.Junkf(bus.JunkDeadLetter, "dead-lettered score from %s dropped (reason: %s)", dl.Subject, dl.Reason)
 	}
 	req, ok := d.requestFor(ctx, dl)
 	if !ok {
-		d.log.Warn("dead letter without a known episode", "subject", dl.Subject, "reason", dl.Reason)
-		return nil
+		return bus.Junkf(bus.JunkUnknownEpisode, "dead letter from %s without a known episode (reason: %s)", dl.Subject, dl.Reason)
+	}
+	if _, _, err := d.status(ctx, req.RunID); errors.Is(err, jetstream.ErrKeyNotFound) {
+		return bus.Junkf(bus.JunkUnknownRun, "dead letter from %s for unknown run %s (reason: %s)", dl.Subject, req.RunID, dl.Reason)
 	}
 	res := schemas.EpisodeResult{Request: req, Termination: schemas.EndInfraFailure,
 		Error: fmt.Sprintf("dead letter from %s: %s", dl.Subject, dl.Reason), StartedAt: req.RequestedAt, FinishedAt: time.Now().UTC()}

@@ -73,7 +73,11 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if !cfg.Debugger.Off {
 		eng.Debugger = policy.Debugger{Config: cfg.Debugger, Pool: pool}
 	}
-	w := &worker{conn: conn, kv: kv, eng: eng, log: log}
+	runs, err := bus.NewRuns(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("llm-worker: %w", err)
+	}
+	w := &worker{conn: conn, kv: kv, runs: runs, eng: eng, log: log}
 	rt, err := bus.NewRouter(conn, log)
 	if err != nil {
 		return err
@@ -96,11 +100,15 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 type worker struct {
 	conn *bus.Conn
 	kv   *bus.StateKV
+	runs *bus.Runs
 	eng  *episode.Engine
 	log  *slog.Logger
 }
 
 func (w *worker) start(ctx context.Context, req schemas.EpisodeRequest) error {
+	if err := w.runs.Admit(ctx, schemas.ClaimOf(req)); err != nil {
+		return err
+	}
 	if st, _, err := w.load(ctx, req.EpisodeID); err == nil {
 		// Redelivered request: the episode already began; re-publish what is pending.
 		return w.publish(ctx, st, episode.Step{Action: st.PendingAction, Result: st.Result})
@@ -118,10 +126,13 @@ func (w *worker) start(ctx context.Context, req schemas.EpisodeRequest) error {
 }
 
 func (w *worker) observe(ctx context.Context, obs schemas.Observation) error {
+	if err := w.runs.Admit(ctx, schemas.ClaimOfRef(obs.Ref)); err != nil {
+		return err
+	}
 	st, rev, err := w.load(ctx, obs.Ref.EpisodeID)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return bus.Permanent(fmt.Errorf("observation for unknown episode %s", obs.Ref.EpisodeID))
+			return bus.Junkf(bus.JunkUnknownEpisode, "observation for episode %s, which no worker started", obs.Ref.EpisodeID)
 		}
 		return err
 	}

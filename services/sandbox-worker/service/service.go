@@ -71,12 +71,19 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 
+	runs, err := bus.NewRuns(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("sandbox-worker: %w", err)
+	}
 	rt, err := bus.NewRouter(conn, log)
 	if err != nil {
 		return err
 	}
 	rt.Metrics = cfg.Metrics
 	h := func(ctx context.Context, req schemas.ActionRequest) error {
+		if err := runs.Admit(ctx, schemas.ClaimOfRef(req.Ref)); err != nil {
+			return err // never executed
+		}
 		res, err := sb.Execute(ctx, req)
 		if err != nil {
 			return fmt.Errorf("execute %s turn %d: %w", req.Ref.EpisodeID, req.Ref.Turn, err)

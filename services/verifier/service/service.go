@@ -86,7 +86,11 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if err != nil {
 		return fmt.Errorf("verifier: %w", err)
 	}
-	v := &verifier{store: st.Location(), scored: scored, conn: conn, lib: tasks.NewCache(cfg.DataRoot, cfg.TasksDir, cfg.LibraryDir), batch: batch, cfg: cfg, log: log,
+	runs, err := bus.NewRuns(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("verifier: %w", err)
+	}
+	v := &verifier{runs: runs, store: st.Location(), scored: scored, conn: conn, lib: tasks.NewCache(cfg.DataRoot, cfg.TasksDir, cfg.LibraryDir), batch: batch, cfg: cfg, log: log,
 		hashes: hashes}
 
 	rt, err := bus.NewRouter(conn, log)
@@ -109,6 +113,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 }
 
 type verifier struct {
+	runs  *bus.Runs
 	store string // where rows go, announced in every score
 	// hashes are the task trees' hashes, recorded in every row.
 	hashes schemas.TreeHashes
@@ -123,6 +128,9 @@ type verifier struct {
 // check adds the verdict to a code execution that asked for one and passes
 // the observation on.
 func (v *verifier) check(ctx context.Context, obs schemas.Observation) error {
+	if err := v.runs.Admit(ctx, schemas.ClaimOfRef(obs.Ref)); err != nil {
+		return err
+	}
 	if obs.CheckWanted && obs.Action == schemas.ActionValidateCode {
 		mode, err := verify.ParseMode(obs.VerifierMode)
 		if err != nil {
@@ -145,6 +153,9 @@ func (v *verifier) check(ctx context.Context, obs schemas.Observation) error {
 // score scores a finished episode, stores it, and publishes the score.
 func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
 	req := res.Request
+	if err := v.runs.Admit(ctx, schemas.ClaimOf(req)); err != nil {
+		return err // never scored, never stored
+	}
 	mode, err := verify.ParseMode(req.Options.VerifierMode)
 	if err != nil {
 		mode = verify.Strict

@@ -108,25 +108,11 @@ func (p *Plan) Episode(i int) (task, sample int) { return i / p.Spec.Samples, i 
 // EpisodeID names sample k of a task in a run. It is unique across runs:
 // workers key episode state and sandboxes by it. Task ids are made
 // subject-safe.
-func EpisodeID(runID, taskID string, k int) string {
-	return runID + "--" + taskToken(taskID) + "-k" + strconv.Itoa(k)
-}
+func EpisodeID(runID, taskID string, k int) string { return schemas.EpisodeID(runID, taskID, k) }
 
-// taskToken makes a task id subject-safe: every rune other than ASCII
-// letters, digits, '-' and '_' becomes one '_'.
-func taskToken(taskID string) string {
-	var b strings.Builder
-	b.Grow(len(taskID))
-	for _, r := range taskID {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
-		}
-	}
-	return b.String()
-}
+// taskToken makes a task id subject-safe (schemas.TaskToken): the workers
+// recompute episode ids with the same rule to refuse unplanned episodes.
+func taskToken(taskID string) string { return schemas.TaskToken(taskID) }
 
 // Request builds the request of episode i (0 ≤ i < Len).
 func (p *Plan) Request(i int, now time.Time) schemas.EpisodeRequest {

@@ -72,7 +72,11 @@ func New(cfg Config, conn *bus.Conn, st *store.Store, out io.Writer, log *slog.L
 // Run connects to NATS and the store named in cfg and runs the loop until
 // cfg.Iterations are complete or ctx ends.
 func Run(ctx context.Context, cfg Config, out io.Writer, log *slog.Logger) ([]Report, error) {
-	conn, err := bus.Connect(ctx, cfg.NATS, "medgym-trainer", log)
+	auth, err := bus.AuthFromEnv(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := bus.Connect(ctx, cfg.NATS, "medgym-trainer", log, bus.WithAuth(auth))
 	if err != nil {
 		return nil, err
 	}

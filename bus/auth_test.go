@@ -1,0 +1,45 @@
+package bus_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/medgym/medgym/bus"
+)
+
+func TestAuthFromEnv(t *testing.T) {
+	pwFile := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pwFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(kv ...string) func(string) string {
+		m := map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return func(k string) string { return m[k] }
+	}
+	a, err := bus.AuthFromEnv(env(bus.EnvNATSUser, "verifier", bus.EnvNATSPasswordFile, pwFile))
+	if err != nil || a.User != "verifier" || a.Password != "s3cret" {
+		t.Fatalf("user + password file: %+v, %v", a, err)
+	}
+	if s := a.String(); strings.Contains(s, "s3cret") {
+		t.Fatalf("String() shows the password: %s", s)
+	}
+	if a, err := bus.AuthFromEnv(env()); err != nil || a != (bus.Auth{}) {
+		t.Fatalf("no variables: %+v, %v", a, err)
+	}
+	for name, getenv := range map[string]func(string) string{
+		"user without password":    env(bus.EnvNATSUser, "verifier"),
+		"password without user":    env(bus.EnvNATSPassword, "x"),
+		"password twice":           env(bus.EnvNATSUser, "u", bus.EnvNATSPassword, "x", bus.EnvNATSPasswordFile, pwFile),
+		"two methods":              env(bus.EnvNATSCreds, "/x.creds", bus.EnvNATSUser, "u", bus.EnvNATSPassword, "x"),
+		"unreadable password file": env(bus.EnvNATSUser, "u", bus.EnvNATSPasswordFile, "/nonexistent/pw"),
+	} {
+		if _, err := bus.AuthFromEnv(getenv); err == nil || !strings.Contains(err.Error(), "NATS auth") {
+			t.Errorf("%s: err = %v, want a NATS auth error", name, err)
+		}
+	}
+}
