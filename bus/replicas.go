@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -44,16 +45,29 @@ func (o StreamOptions) Validate() error {
 }
 
 // placed returns the replicas and placement for stream: those it already
-// has if it exists, else o's.
-func (o StreamOptions) placed(ctx context.Context, js jetstream.JetStream, stream string) (int, *jetstream.Placement) {
+// has if it exists (and its config), else o's.
+func (o StreamOptions) placed(ctx context.Context, js jetstream.JetStream, stream string) (int, *jetstream.Placement, *jetstream.StreamConfig) {
 	if s, err := js.Stream(ctx, stream); err == nil {
 		c := s.CachedInfo().Config
-		return c.Replicas, c.Placement
+		return c.Replicas, c.Placement, &c
 	}
 	if o.PlacementCluster == "" && len(o.PlacementTags) == 0 {
-		return o.Replicas, nil
+		return o.Replicas, nil, nil
 	}
-	return o.Replicas, &jetstream.Placement{Cluster: o.PlacementCluster, Tags: o.PlacementTags}
+	return o.Replicas, &jetstream.Placement{Cluster: o.PlacementCluster, Tags: o.PlacementTags}, nil
+}
+
+// sameStream says whether the stream has the settings EnsureStreams sets.
+func sameStream(have, want jetstream.StreamConfig) bool {
+	unlimited := func(n int64) int64 {
+		if n <= 0 {
+			return -1
+		}
+		return n
+	}
+	return slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.Storage == want.Storage &&
+		have.MaxAge == want.MaxAge && have.Duplicates == want.Duplicates && have.Discard == want.Discard &&
+		unlimited(have.MaxBytes) == unlimited(want.MaxBytes) && unlimited(have.MaxMsgs) == unlimited(want.MaxMsgs)
 }
 
 type replicasValue struct {

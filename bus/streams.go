@@ -87,16 +87,23 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions)
 			Duplicates: o.Duplicates,
 			Discard:    jetstream.DiscardOld,
 		}
-		cfg.Replicas, cfg.Placement = o.placed(ctx, js, name)
+		var existing *jetstream.StreamConfig
+		cfg.Replicas, cfg.Placement, existing = o.placed(ctx, js, name)
 		if name == schemas.StreamDeadLetter {
 			cfg.MaxAge, cfg.MaxBytes, cfg.MaxMsgs = o.DeadLetterMaxAge, o.DeadLetterMaxBytes, o.DeadLetterMaxMsgs
+		}
+		if existing != nil && sameStream(*existing, cfg) {
+			// Every process of every service ensures every stream at
+			// start; on a cluster an update is a meta-layer proposal, and
+			// a fleet starting at once timed them out.
+			continue
 		}
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", name, err)
 		}
 	}
 	for _, b := range []string{schemas.BucketRuns, schemas.BucketEpisodes, schemas.BucketCompletions} {
-		replicas, placement := o.placed(ctx, js, "KV_"+b)
+		replicas, placement, _ := o.placed(ctx, js, "KV_"+b)
 		if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: b, Storage: storage, Replicas: replicas, Placement: placement, History: 1,
 		}); err != nil {
@@ -104,7 +111,7 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, o StreamOptions)
 		}
 	}
 	// Offloaded payloads live as long as the messages that name them.
-	replicas, placement := o.placed(ctx, js, "OBJ_"+schemas.BucketBlobs)
+	replicas, placement, _ := o.placed(ctx, js, "OBJ_"+schemas.BucketBlobs)
 	if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket: schemas.BucketBlobs, Storage: storage, Replicas: replicas, Placement: placement, TTL: o.MaxAge,
 	}); err != nil {
