@@ -169,25 +169,27 @@ func scrapeInFlight(addr string) float64 {
 	return sum
 }
 
-// streamState is a stream's replica count, leader and whether every
-// follower is current.
-func streamState(ctx context.Context, js jetstream.JetStream, name string) (replicas int, leader string, current bool, err error) {
+// streamState is a stream's replica count, leader, and its followers'
+// state: whether each is online and current.
+func streamState(ctx context.Context, js jetstream.JetStream, name string) (replicas int, leader, followers string, settled bool, err error) {
 	s, err := js.Stream(ctx, name)
 	if err != nil {
-		return 0, "", false, err
+		return 0, "", "", false, err
 	}
 	info, err := s.Info(ctx)
 	if err != nil {
-		return 0, "", false, err
+		return 0, "", "", false, err
 	}
 	if info.Cluster == nil {
-		return info.Config.Replicas, "", false, nil
+		return info.Config.Replicas, "", "", false, nil
 	}
-	current = info.Cluster.Leader != "" && len(info.Cluster.Replicas) == info.Config.Replicas-1
+	settled = info.Cluster.Leader != "" && len(info.Cluster.Replicas) == info.Config.Replicas-1
+	var fs []string
 	for _, r := range info.Cluster.Replicas {
-		current = current && r.Current && !r.Offline
+		settled = settled && !r.Offline
+		fs = append(fs, fmt.Sprintf("%s(current=%v offline=%v lag=%d)", r.Name, r.Current, r.Offline, r.Lag))
 	}
-	return info.Config.Replicas, info.Cluster.Leader, current, nil
+	return info.Config.Replicas, info.Cluster.Leader, strings.Join(fs, " "), settled, nil
 }
 
 // TestClusterAcrossHosts (issue 17): three nats-servers run from
@@ -312,8 +314,8 @@ func TestClusterAcrossHosts(t *testing.T) {
 		if err := os.MkdirAll(wr, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		mk(fmt.Sprintf("llm-worker%d", i), ns, "llm-worker", "--data", data, "--library", library, "--concurrency", "4", "--ack-wait", "4s",
-			"--llm-max-concurrent", "4", "--metrics", lab.addr(ns)+":9102")
+		mk(fmt.Sprintf("llm-worker%d", i), ns, "llm-worker", "--data", data, "--library", library, "--concurrency", "2", "--ack-wait", "4s",
+			"--llm-max-concurrent", "2", "--metrics", lab.addr(ns)+":9102")
 		mk(fmt.Sprintf("sandbox-worker%d", i), ns, "sandbox-worker", "--agent-tree", tasks.AgentTree(library), "--work-root", wr, "--ack-wait", "4s", "--metrics", "")
 	}
 	mk("dispatcher", "", "dispatcher", "--data", data, "--library", library, "--metrics", "")
@@ -370,8 +372,10 @@ func TestClusterAcrossHosts(t *testing.T) {
 	}
 
 	chaos := make(chan error, 1)
-	go func() { chaos <- clusterChaos(ctx, lab, admin, nodes, workerHosts, tl) }()
+	runDone := make(chan struct{})
+	go func() { chaos <- clusterChaos(ctx, lab, admin, nodes, workerHosts, tl, runDone) }()
 	res, err := runSpec(ctx, spec, f, io.Discard)
+	close(runDone)
 	tl.add("run finished: %d episodes, outcomes %v", res.Total, res.Outcomes)
 	if err != nil {
 		t.Fatal(err)
@@ -398,55 +402,71 @@ func TestClusterAcrossHosts(t *testing.T) {
 // clusterChaos runs the faults as the run passes milestones: R3 checked,
 // kill -9 of the episodes stream's leader and its restart, a worker host
 // with unacked work cut off for 20 s, a rolling restart of the nodes.
-func clusterChaos(ctx context.Context, lab *netLab, js *bus.Conn, nodes map[string]*proc, workerHosts []string, tl *timeline) error {
+func clusterChaos(ctx context.Context, lab *netLab, js *bus.Conn, nodes map[string]*proc, workerHosts []string, tl *timeline, runDone <-chan struct{}) error {
+	// Each request gets its own timeout: one sent as the admin connection
+	// loses its node would otherwise wait for the test's deadline.
+	scored := func() int {
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return done(c, js, "cluster")
+	}
+	state := func(stream string) (int, string, string, bool, error) {
+		c, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return streamState(c, js.JS, stream)
+	}
 	wait := func(n int) error {
-		for done(ctx, js, "cluster") < n {
-			if ctx.Err() != nil {
+		for scored() < n {
+			select {
+			case <-ctx.Done():
 				return fmt.Errorf("run stalled before %d episodes", n)
+			case <-runDone:
+				return fmt.Errorf("the run finished before the fault plan reached %d episodes", n)
+			case <-time.After(100 * time.Millisecond):
 			}
-			time.Sleep(100 * time.Millisecond)
 		}
 		return nil
 	}
 	// Back to R3 with a leader and every follower current.
-	settled := func(what string) error {
-		for {
-			_, leader, current, err := streamState(ctx, js.JS, schemas.StreamEpisodes)
-			if err == nil && current {
-				tl.add("%s: episodes stream settled, leader %s", what, leader)
+	// node is back: the episodes stream has a leader, and node leads it
+	// or follows it current (caught up).
+	settled := func(what, node string) error {
+		var last string
+		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+			_, leader, fs, ok, err := state(schemas.StreamEpisodes)
+			last = fmt.Sprintf("leader %q, followers %s, err %v", leader, fs, err)
+			if ok && (leader == node || strings.Contains(fs, node+"(current=true offline=false")) {
+				tl.add("%s: %s", what, last)
 				return nil
 			}
-			if ctx.Err() != nil {
-				return fmt.Errorf("%s: episodes stream never settled (%v)", what, err)
-			}
-			time.Sleep(250 * time.Millisecond)
 		}
+		return fmt.Errorf("%s: never caught up: %s", what, last)
 	}
-	if err := wait(40); err != nil {
+	if err := wait(30); err != nil {
 		return err
 	}
 	for _, s := range []string{schemas.StreamEpisodes, schemas.StreamScores, "KV_" + schemas.BucketEpisodes} {
-		r, leader, _, err := streamState(ctx, js.JS, s)
+		r, leader, _, _, err := state(s)
 		if err != nil || r != 3 {
 			return fmt.Errorf("stream %s: R%d (%v), want R3", s, r, err)
 		}
 		tl.add("stream %s is R3, leader %s", s, leader)
 	}
 
-	_, leader, _, err := streamState(ctx, js.JS, schemas.StreamEpisodes)
+	_, leader, _, _, err := state(schemas.StreamEpisodes)
 	if err != nil || nodes[leader] == nil {
 		return fmt.Errorf("episodes stream leader %q: %v", leader, err)
 	}
 	nodes[leader].kill()
-	tl.add("kill -9 %s (episodes stream leader) at %d scored", leader, done(ctx, js, "cluster"))
+	tl.add("kill -9 %s (episodes stream leader) at %d scored", leader, scored())
 	time.Sleep(5 * time.Second)
 	nodes[leader].start()
 	tl.add("%s restarted", leader)
-	if err := settled("after the leader kill"); err != nil {
+	if err := settled(leader+" back and current after the kill", leader); err != nil {
 		return err
 	}
 
-	if err := wait(150); err != nil {
+	if err := wait(100); err != nil {
 		return err
 	}
 	var cut string
@@ -457,25 +477,27 @@ func clusterChaos(ctx context.Context, lab *netLab, js *bus.Conn, nodes map[stri
 				break
 			}
 		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("no worker host held unacked work")
+		select {
+		case <-runDone:
+			return fmt.Errorf("no worker host held unacked work before the run finished")
+		default:
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	lab.link(cut, false)
-	tl.add("host %s (llm-worker with work in flight) cut off the network at %d scored", cut, done(ctx, js, "cluster"))
+	tl.add("host %s (llm-worker with work in flight) cut off the network at %d scored", cut, scored())
 	time.Sleep(20 * time.Second)
 	lab.link(cut, true)
-	tl.add("host %s back on the network at %d scored", cut, done(ctx, js, "cluster"))
+	tl.add("host %s back on the network at %d scored", cut, scored())
 
-	if err := wait(250); err != nil {
+	if err := wait(170); err != nil {
 		return err
 	}
 	for _, name := range []string{"n1", "n2", "n3"} {
 		nodes[name].stop()
-		tl.add("rolling restart: %s stopped at %d scored", name, done(ctx, js, "cluster"))
+		tl.add("rolling restart: %s stopped at %d scored", name, scored())
 		nodes[name].start()
-		if err := settled("rolling restart: " + name + " back"); err != nil {
+		if err := settled("rolling restart: "+name+" back and current", name); err != nil {
 			return err
 		}
 	}

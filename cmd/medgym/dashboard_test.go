@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/schemas"
 )
 
@@ -76,11 +77,20 @@ func TestDashboardMetricsExist(t *testing.T) {
 	if _, err := runSpec(ctx, mustSpec(t, f), f, io.Discard); err != nil {
 		t.Fatal(err)
 	}
+	// One junk message (what no handler can use) for the junk counter.
+	conn, err := bus.Connect(ctx, url, "junk", newLogger(io.Discard, "error"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.JS.Publish(ctx, schemas.EpisodeScored.For("dashboard"), []byte("not a score")); err != nil {
+		t.Fatal(err)
+	}
 	// The consumer gauges are polled every 2 s: wait for them.
 	var page string
-	for !strings.Contains(page, "medgym_queue_depth{") {
+	for !strings.Contains(page, "medgym_queue_depth{") || !strings.Contains(page, "medgym_messages_junk_total{") {
 		if ctx.Err() != nil {
-			t.Fatalf("no consumer lag on /metrics:\n%s", page)
+			t.Fatalf("no consumer lag or junk count on /metrics:\n%s", page)
 		}
 		time.Sleep(200 * time.Millisecond)
 		resp, err := http.Get("http://" + f.metricsAddr + "/metrics")
