@@ -7,7 +7,7 @@ TOOLS   ?= $(HOME)/.cache/medgym/bin
 export MEDGYM_TOOLS := $(TOOLS)
 SERVICES := dispatcher llm-worker sandbox-worker verifier trainer
 
-.PHONY: all setup setup-test build library demo test test-go test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
+.PHONY: all setup setup-test venv build library demo test test-go test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
 
 all: build
 
@@ -22,6 +22,12 @@ setup-test:
 	WITH_DOCKER=1 WITH_VM=1 SKIP_MINIO=0 scripts/setup.sh
 	scripts/docker.sh start
 	scripts/sandbox-image.sh
+	scripts/venv.sh
+
+## venv: the Python venv (.venv) with the trainer's pinned torch, transformers and peft
+## (requirements/; ~2.8 GB of wheels the first time, then a no-op)
+venv:
+	scripts/venv.sh
 
 ## build: bin/medgym and one binary per service
 build:

@@ -12,7 +12,7 @@ TOOLS="${MEDGYM_TOOLS:-$HOME/.cache/medgym/bin}"
 mkdir -p "$TOOLS"
 
 apt_pkgs=(bubblewrap python3 python3-pandas python3-numpy python3-scipy python3-sklearn
-  python3-statsmodels python3-biopython python3-torch sqlite3 curl ca-certificates)
+  python3-statsmodels python3-biopython python3-torch python3-venv sqlite3 curl ca-certificates)
 if [ "${WITH_DOCKER:-0}" = 1 ]; then apt_pkgs+=(docker.io debootstrap); fi
 if [ "${WITH_VM:-0}" = 1 ]; then apt_pkgs+=(qemu-system-x86 linux-image-amd64 busybox-static xfsprogs); fi
 

@@ -156,45 +156,47 @@ func (p *proc) signal(sig syscall.Signal, d time.Duration) {
 func (p *proc) kill() { p.signal(syscall.SIGKILL, 5*time.Second) }
 func (p *proc) stop() { p.signal(syscall.SIGTERM, 15*time.Second) }
 
-// TestChaosExternalProcesses runs 100+ episodes against an external
-// nats-server with every service as its own process, and SIGKILLs an
-// llm-worker, a sandbox-worker, the dispatcher and the verifier at
-// different moments. The run completes, every episode is stored exactly
-// once with a real outcome, and no sandbox process is left behind.
-func TestChaosExternalProcesses(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow: external processes")
-	}
+// procCluster is an external nats-server and every medgym service, each
+// its own process (two llm-workers and two sandbox-workers, so one of each
+// can die), sharing a work directory the sandbox user can reach, one log
+// file, one store and an empty task library (medcalcbench needs none).
+type procCluster struct {
+	t       *testing.T
+	work    string
+	addr    string
+	url     string
+	data    string
+	store   string
+	library string
+	log     *os.File
+	nats    *proc
+	procs   map[string]*proc
+}
+
+// startProcCluster starts nats-server, waits until it listens, then starts
+// the services. Cleanup stops them and, on failure, prints the logs' tail.
+func startProcCluster(t *testing.T) *procCluster {
+	t.Helper()
 	natsBin := natsServerBinary(t)
 	bin := buildBinaries(t)
-	data := dataRoot(t)
 	// Sandboxes run as uid 65534: the work dir must be reachable by others,
 	// which t.TempDir (0700 parent) is not.
-	work, err := os.MkdirTemp("", "medgym-chaos-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(work, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(work) })
+	work := sandboxReachableDir(t)
 	logf, err := os.Create(filepath.Join(work, "services.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer logf.Close()
 	addr := freeAddr(t)
-	url := "nats://" + addr
 	host, port, _ := net.SplitHostPort(addr)
-	ns := &proc{t: t, name: "nats-server", log: logf, args: []string{natsBin, "-js", "-a", host, "-p", port, "-sd", filepath.Join(work, "nats")}}
-	ns.start()
-	defer ns.stop()
-	storeDir := filepath.Join(work, "store")
-	library := filepath.Join(work, "library")
-	if err := os.MkdirAll(tasks.AgentTree(library), 0o755); err != nil {
+	c := &procCluster{t: t, work: work, addr: addr, url: "nats://" + addr, data: dataRoot(t),
+		store: filepath.Join(work, "store"), library: filepath.Join(work, "library"), log: logf}
+	c.nats = &proc{t: t, name: "nats-server", log: logf, args: []string{natsBin, "-js", "-a", host, "-p", port, "-sd", filepath.Join(work, "nats")}}
+	c.nats.start()
+	t.Cleanup(func() { c.nats.stop(); logf.Close() })
+	if err := os.MkdirAll(tasks.AgentTree(c.library), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	common := []string{"--nats", url, "--metrics", ""}
+	common := []string{"--nats", c.url, "--metrics", ""}
 	mk := func(name string, extra ...string) *proc {
 		args := append([]string{filepath.Join(bin, strings.TrimRight(name, "0123456789"))}, common...)
 		return &proc{t: t, name: name, log: logf, args: append(args, extra...)}
@@ -204,42 +206,154 @@ func TestChaosExternalProcesses(t *testing.T) {
 		_ = os.MkdirAll(d, 0o755)
 		return d
 	}
-	procs := map[string]*proc{
+	data, library := c.data, c.library
+	c.procs = map[string]*proc{
 		"dispatcher":      mk("dispatcher", "--data", data, "--library", library),
 		"llm-worker1":     mk("llm-worker1", "--data", data, "--library", library, "--ack-wait", "4s", "--concurrency", "8"),
 		"llm-worker2":     mk("llm-worker2", "--data", data, "--library", library, "--ack-wait", "4s", "--concurrency", "8"),
 		"sandbox-worker1": mk("sandbox-worker1", "--agent-tree", tasks.AgentTree(library), "--work-root", wr(1), "--ack-wait", "4s"),
 		"sandbox-worker2": mk("sandbox-worker2", "--agent-tree", tasks.AgentTree(library), "--work-root", wr(2), "--ack-wait", "4s"),
-		"verifier":        mk("verifier", "--data", data, "--library", library, "--store", storeDir, "--ack-wait", "4s", "--concurrency", "8"),
+		"verifier":        mk("verifier", "--data", data, "--library", library, "--store", c.store, "--ack-wait", "4s", "--concurrency", "8"),
 	}
-	// Wait until nats-server answers, then start the services.
 	waitListening(t, addr)
-	for _, p := range procs {
+	for _, p := range c.procs {
 		p.start()
 	}
-	defer func() {
-		for _, p := range procs {
-			p.stop()
-		}
+	t.Cleanup(func() {
+		c.stopServices()
 		if t.Failed() {
 			b, _ := os.ReadFile(logf.Name())
 			_ = os.WriteFile(filepath.Join(os.TempDir(), "medgym-chaos-services.log"), b, 0o644)
 			t.Logf("service logs (tail):\n%s", tail(string(b), 4000))
 		}
-	}()
+	})
+	return c
+}
 
-	ctx, cancel := context.WithTimeout(context.Background(), chaosTimeout())
-	defer cancel()
-	// A service that exits on its own (not killed by the chaos) fails the test fast.
-	for _, p := range procs {
+// failOnExit makes a service that exits on its own (not killed by the
+// chaos) fail the test and cancel its context.
+func (c *procCluster) failOnExit(cancel context.CancelFunc) {
+	for _, p := range c.procs {
 		p.onExit = func(name string, err error) {
-			t.Errorf("%s exited on its own: %v", name, err)
+			c.t.Errorf("%s exited on its own: %v", name, err)
 			cancel()
 		}
 	}
+}
+
+// restart SIGKILLs a service, starts it again and waits until it logs that
+// it is running (so that the next disruption does not meet it starting).
+func (c *procCluster) restart(name string) {
+	running := `msg="` + strings.TrimRight(name, "0123456789") + ` running"`
+	before := c.logCount(running)
+	c.procs[name].kill()
+	time.Sleep(300 * time.Millisecond)
+	c.procs[name].start()
+	for deadline := time.Now().Add(time.Minute); c.logCount(running) <= before; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			c.t.Errorf("%s not running a minute after its restart", name)
+			return
+		}
+	}
+}
+
+// logCount counts the lines of the services' log that contain s.
+func (c *procCluster) logCount(s string) int {
+	b, _ := os.ReadFile(c.log.Name())
+	return strings.Count(string(b), s)
+}
+
+func (c *procCluster) stopServices() {
+	for _, p := range c.procs {
+		p.stop()
+	}
+}
+
+// chaosStep is one disruption, done once the run has reached at scored
+// episodes (as progress reads it).
+type chaosStep struct {
+	at   int
+	name string
+	do   func()
+}
+
+// runChaos does the steps in order as the run progresses and sends the
+// names of those it did when done or when ctx ends.
+func runChaos(ctx context.Context, progress func() int, steps []chaosStep) <-chan []string {
+	out := make(chan []string, 1)
+	go func() {
+		var did []string
+		defer func() { out <- did }()
+		for _, step := range steps {
+			for progress() < step.at {
+				if ctx.Err() != nil {
+					return
+				}
+				time.Sleep(30 * time.Millisecond)
+			}
+			step.do()
+			did = append(did, step.name)
+		}
+	}()
+	return out
+}
+
+// storedOnce counts a run's rows over every file of a directory store (not
+// through ReadRun's dedupe), by episode id.
+func storedOnce(t *testing.T, storeDir, run string) (map[string]int, int) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(storeDir, "trajectories", "run="+run, "*", "*.parquet"))
+	count := map[string]int{}
+	total := 0
+	for _, fpath := range files {
+		f, err := os.Open(fpath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := parquet.Read(context.Background(), f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", fpath, err)
+		}
+		for _, r := range rows {
+			count[r.EpisodeID]++
+			total++
+		}
+	}
+	return count, total
+}
+
+// waitNoProcessesIn fails if a process mentioning dir (a sandbox) outlives
+// its worker by 10 s. The kernel tears a killed sandbox down
+// asynchronously (its parent-death signal, then its namespaces), which
+// takes a moment on a loaded machine.
+func waitNoProcessesIn(t *testing.T, dir string) {
+	t.Helper()
+	left := processesMentioning(dir)
+	for deadline := time.Now().Add(10 * time.Second); len(left) > 0 && time.Now().Before(deadline); left = processesMentioning(dir) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(left) > 0 {
+		t.Fatalf("processes left behind 10 s after their workers stopped: %v", left)
+	}
+}
+
+// TestChaosExternalProcesses runs 100+ episodes against an external
+// nats-server with every service as its own process, and SIGKILLs an
+// llm-worker, a sandbox-worker, the dispatcher and the verifier at
+// different moments. The run completes, every episode is stored exactly
+// once with a real outcome, and no sandbox process is left behind.
+func TestChaosExternalProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow: external processes")
+	}
+	c := startProcCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), chaosTimeout())
+	defer cancel()
+	c.failOnExit(cancel)
 	// The fake model answers with each task's reference solution, 80% of
 	// the time; otherwise a wrong program or garbage.
-	refs, err := referenceIndex(ctx, data, []string{"medcalcbench"})
+	refs, err := referenceIndex(ctx, c.data, []string{"medcalcbench"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +361,7 @@ func TestChaosExternalProcesses(t *testing.T) {
 		ErrorRate429: 0.1, ErrorRate500: 0.05, Seed: 7, References: refs, Model: "fake"}))
 	defer llm.Close()
 	f := baseFlags(t)
-	f.nats, f.store, f.library = url, storeDir, library
+	f.nats, f.store, f.library = c.url, c.store, c.library
 	f.policy, f.llmURL, f.model = "openai", llm.URL+"/v1", "fake"
 	f.limit, f.samples, f.runID, f.maxInFlight = 60, 2, "chaos", 16
 	spec, err := f.spec()
@@ -255,33 +369,19 @@ func TestChaosExternalProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The chaos: kill processes as the run passes milestones, restart them.
-	conn, err := bus.Connect(ctx, url, "chaos", newLogger(io.Discard, "error"))
+	conn, err := bus.Connect(ctx, c.url, "chaos", newLogger(io.Discard, "error"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	chaosDone := make(chan []string, 1)
-	go func() {
-		var killed []string
-		plan := []struct {
-			at   int
-			name string
-		}{{12, "llm-worker1"}, {35, "sandbox-worker1"}, {60, "dispatcher"}, {85, "verifier"}}
-		for _, step := range plan {
-			for done(ctx, conn, "chaos") < step.at {
-				if ctx.Err() != nil {
-					chaosDone <- killed
-					return
-				}
-				time.Sleep(30 * time.Millisecond)
-			}
-			procs[step.name].kill()
-			killed = append(killed, step.name)
-			time.Sleep(300 * time.Millisecond)
-			procs[step.name].start()
-		}
-		chaosDone <- killed
-	}()
+	var steps []chaosStep
+	for _, s := range []struct {
+		at   int
+		name string
+	}{{12, "llm-worker1"}, {35, "sandbox-worker1"}, {60, "dispatcher"}, {85, "verifier"}} {
+		steps = append(steps, chaosStep{s.at, s.name, func() { c.restart(s.name) }})
+	}
+	chaosDone := runChaos(ctx, func() int { return done(ctx, conn, "chaos") }, steps)
 	res, err := runSpec(ctx, spec, f, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -293,18 +393,12 @@ func TestChaosExternalProcesses(t *testing.T) {
 	if res.Total != 120 {
 		t.Fatalf("run has %d episodes, want 120", res.Total)
 	}
-	rows := readRun(t, ctx, storeDir, "chaos")
+	rows := readRun(t, ctx, c.store, "chaos")
 	if len(rows) != 120 {
 		t.Fatalf("store holds %d rows, want 120", len(rows))
 	}
-	// Exactly once across files, not only after ReadRun's dedupe.
-	files, _ := filepath.Glob(filepath.Join(storeDir, "trajectories", "run=chaos", "*", "*.parquet"))
-	total := 0
-	for _, fpath := range files {
-		total += countRows(t, fpath)
-	}
-	if total != 120 {
-		t.Fatalf("%d rows across %d files, want 120 (an episode was stored twice)", total, len(files))
+	if _, total := storedOnce(t, c.store, "chaos"); total != 120 {
+		t.Fatalf("%d rows across the run's files, want 120 (an episode was stored twice)", total)
 	}
 	for _, r := range rows {
 		if !schemas.Outcome(r.Outcome).Valid() || r.Outcome == string(schemas.OutcomeInfraFailure) {
@@ -312,18 +406,8 @@ func TestChaosExternalProcesses(t *testing.T) {
 		}
 	}
 	// No sandbox process survives its worker.
-	for _, p := range procs {
-		p.stop()
-	}
-	// The kernel tears a killed sandbox down asynchronously (its parent-death
-	// signal, then its namespaces), which takes a moment on a loaded machine.
-	left := processesMentioning(work)
-	for deadline := time.Now().Add(10 * time.Second); len(left) > 0 && time.Now().Before(deadline); left = processesMentioning(work) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if len(left) > 0 {
-		t.Fatalf("processes left behind 10 s after their workers stopped: %v", left)
-	}
+	c.stopServices()
+	waitNoProcessesIn(t, c.work)
 }
 
 // done reads the number of scored episodes of a run.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -143,14 +145,8 @@ func TestJunkFloodDoesNotLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn, m := startMeteredPipeline(t, ctx, f)
-	junk := []string{"", "null", "[]", "\x00garbage{"}
-	for subj := range consumedSubjects {
-		for _, body := range junk {
-			if _, err := conn.JS.Publish(ctx, subj.For("x"), []byte(body)); err != nil {
-				t.Fatalf("publish junk to %s: %v", subj.For("x"), err)
-			}
-		}
-	}
+	publishJunk(t, ctx, conn, "x", slices.Collect(maps.Keys(consumedSubjects)))
+	junk := junkBodies
 
 	// Well-formed messages of a run no dispatcher accepted.
 	ts, err := tasks.Load(ctx, tasks.Source{Dataset: "medcalcbench", Split: "test", DataRoot: f.data})
@@ -262,6 +258,24 @@ func TestJunkFloodDoesNotLoop(t *testing.T) {
 	for _, r := range rows {
 		if r.EpisodeID == unplanned.EpisodeID {
 			t.Fatalf("the unplanned episode %s was stored", r.EpisodeID)
+		}
+	}
+}
+
+// junkBodies are message bodies no handler can decode: empty, JSON that is
+// not an object, and bytes that are not JSON.
+var junkBodies = []string{"", "null", "[]", "\x00garbage{"}
+
+// publishJunk publishes every junk body on each subject family's subject
+// for run.
+func publishJunk(t *testing.T, ctx context.Context, conn *bus.Conn, run string, subjects []schemas.Subject) {
+	t.Helper()
+	for _, subj := range subjects {
+		for _, body := range junkBodies {
+			if _, err := conn.JS.Publish(ctx, subj.For(run), []byte(body)); err != nil {
+				t.Errorf("publish junk to %s: %v", subj.For(run), err)
+				return
+			}
 		}
 	}
 }

@@ -51,6 +51,7 @@ type serviceFlags struct {
 	natsTLS             bus.TLS
 	streams             bus.StreamOptions
 	maxEpisodes         int
+	storeGiveUp         time.Duration
 }
 
 func (f *serviceFlags) register(fs *flag.FlagSet) {
@@ -81,6 +82,7 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.diskMB, "sandbox-disk-mb", 1024, "workspace disk quota of one episode (-1: none)")
 	fs.StringVar(&f.logLevel, "log", "warn", "log level: debug, info, warn, error")
 	fs.StringVar(&f.metricsAddr, "metrics", "", "serve Prometheus /metrics and /healthz of the in-process services on this address (e.g. 127.0.0.1:9100)")
+	fs.DurationVar(&f.storeGiveUp, "store-give-up", verifier.DefaultStoreGiveUp, "how long the store may refuse every row of a run before the verifier fails the run with its error")
 	fs.IntVar(&f.maxEpisodes, "max-episodes", 1_000_000, "most episodes (tasks × samples) of one run; larger runs are refused (checked here and by the dispatcher)")
 	f.natsTLS.RegisterFlags(fs, os.Getenv)
 	f.streams.RegisterFlags(fs, os.Getenv)
@@ -202,7 +204,7 @@ func startServices(ctx context.Context, conn *bus.Conn, f *serviceFlags, llmURL 
 	goService("verifier", func() error {
 		return verifier.Run(ctx, conn, verifier.Config{Metrics: metrics,
 			DataRoot: f.data, TasksDir: f.tasksDir, LibraryDir: f.library, Store: f.store, StoreOptions: f.storeOptions(),
-			Concurrency: f.verifierConcurrency, WrongAnswerPenalty: f.wrongAnswerPenalty,
+			Concurrency: f.verifierConcurrency, WrongAnswerPenalty: f.wrongAnswerPenalty, StoreGiveUp: f.storeGiveUp,
 		}, log.With("service", "verifier"))
 	})
 	return func() error {

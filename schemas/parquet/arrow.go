@@ -78,6 +78,7 @@ const (
 	colTurns
 	colAgentTreeHash
 	colVerifierTreeHash
+	colObservationRole
 	numCols
 )
 
@@ -113,6 +114,7 @@ var schema = arrow.NewSchema([]arrow.Field{
 	colTurns:            {Name: "turns", Type: arrow.ListOfNonNullable(turnType)},
 	colAgentTreeHash:    str("agent_tree_hash"),
 	colVerifierTreeHash: str("verifier_tree_hash"),
+	colObservationRole:  str("observation_role"),
 }, func() *arrow.Metadata {
 	m := arrow.NewMetadata([]string{MetadataVersionKey}, []string{SchemaVersion})
 	return &m
@@ -190,6 +192,7 @@ func appendRow(b *array.RecordBuilder, r *Row) {
 	appendTurns(lb.ValueBuilder().(*array.StructBuilder), r.Turns)
 	s(colAgentTreeHash, r.AgentTreeHash)
 	s(colVerifierTreeHash, r.VerifierTreeHash)
+	s(colObservationRole, r.ObservationRole)
 }
 
 func appendTurns(sb *array.StructBuilder, turns []Turn) {
@@ -316,6 +319,8 @@ func readColumn(c int, a arrow.Array, rows []Row) error {
 		return readStrings(a, rows, func(r *Row, v string) { r.AgentTreeHash = v })
 	case colVerifierTreeHash:
 		return readStrings(a, rows, func(r *Row, v string) { r.VerifierTreeHash = v })
+	case colObservationRole: // absent from files before schema version 5
+		return readStrings(a, rows, func(r *Row, v string) { r.ObservationRole = v })
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -46,7 +47,7 @@ func sampleResult() (schemas.EpisodeResult, schemas.Score) {
 			Policy: schemas.PolicySpec{Name: schemas.PolicyOpenAI, Model: "qwen", Temperature: &temp, Version: 5},
 		},
 		Messages: []schemas.ChatMessage{{Role: "system", Content: "be precise"}, {Role: "user", Content: "how many?"},
-			{Role: "assistant", Content: `{"action":"validate_code"}`}},
+			{Role: "assistant", Content: `{"action":"validate_code"}`}, {Role: "tool", Content: "1\n"}},
 		Turns: []schemas.Turn{
 			{Index: 0, RawText: "r0", Reasoning: "think", FinishReason: "stop", ActionName: "validate_code",
 				ParamsJSON: `{"code":"print(1)"}`, Observation: "1\n", ExecStatus: "ok", ExitCode: 0, Files: map[string]string{"predictions.csv": "id,prediction\n1,0\n"},
@@ -100,6 +101,14 @@ func TestFromEpisode(t *testing.T) {
 	}
 	if r.AgentTreeHash != "sha256:aa" || r.VerifierTreeHash != "sha256:vv" {
 		t.Errorf("tree hashes: %q / %q", r.AgentTreeHash, r.VerifierTreeHash)
+	}
+	// The observation role is what the model was sent; rows from before
+	// schema version 5 (no column) read it as "user".
+	if r.ObservationRole != "tool" || r.ObsRole() != "tool" {
+		t.Errorf("observation role %q, want tool (the role sent)", r.ObservationRole)
+	}
+	if old := (parquet.Row{}); old.ObsRole() != "user" {
+		t.Errorf("a row without the column reads observation role %q, want user", old.ObsRole())
 	}
 }
 
@@ -208,27 +217,47 @@ func TestRowsFromRecordByName(t *testing.T) {
 	}
 }
 
-// A version-2 file (no tree hash columns) reads back with empty hashes and
-// every other field intact.
+// Files of older schema versions (version 2: no tree hash columns, no
+// observation role; versions 3 and 4: no observation role) read back with those
+// fields empty and every other field intact.
 func TestVersion2RowsReadWithoutHashes(t *testing.T) {
 	t.Parallel()
 	res, sc := sampleResult()
 	row := parquet.FromEpisode(res, sc, "strict", sampleHashes)
 	rec := parquet.NewRecord(memory.NewGoAllocator(), []parquet.Row{row})
 	defer rec.Release()
-	n := int(rec.NumCols()) - 2
-	if rec.Schema().Field(n).Name != "agent_tree_hash" || rec.Schema().Field(n+1).Name != "verifier_tree_hash" {
-		t.Fatalf("the hash columns are not the last two: %v", rec.Schema())
-	}
-	v2 := array.NewRecordBatch(arrow.NewSchema(rec.Schema().Fields()[:n], nil), rec.Columns()[:n], rec.NumRows())
-	defer v2.Release()
-	rows, err := parquet.RowsFromRecord(v2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := row
-	want.AgentTreeHash, want.VerifierTreeHash = "", ""
-	if len(rows) != 1 || !reflect.DeepEqual(rows[0], want) {
-		t.Fatalf("version-2 row read back as %+v, want %+v", rows, want)
+	for _, tc := range []struct {
+		version string
+		added   []string
+		clear   func(*parquet.Row)
+	}{
+		{"2", []string{"agent_tree_hash", "verifier_tree_hash", "observation_role"},
+			func(r *parquet.Row) { r.AgentTreeHash, r.VerifierTreeHash, r.ObservationRole = "", "", "" }},
+		{"4", []string{"observation_role"}, func(r *parquet.Row) { r.ObservationRole = "" }},
+	} {
+		var fields []arrow.Field
+		var cols []arrow.Array
+		for i, f := range rec.Schema().Fields() {
+			if !slices.Contains(tc.added, f.Name) {
+				fields, cols = append(fields, f), append(cols, rec.Column(i))
+			}
+		}
+		if len(fields) != int(rec.NumCols())-len(tc.added) {
+			t.Fatalf("version %s: the columns %v are not all in %v", tc.version, tc.added, rec.Schema())
+		}
+		old := array.NewRecordBatch(arrow.NewSchema(fields, nil), cols, rec.NumRows())
+		rows, err := parquet.RowsFromRecord(old)
+		old.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := row
+		tc.clear(&want)
+		if len(rows) != 1 || !reflect.DeepEqual(rows[0], want) {
+			t.Fatalf("version-%s row read back as %+v, want %+v", tc.version, rows, want)
+		}
+		if rows[0].ObsRole() != "user" {
+			t.Fatalf("version-%s row: observation role %q, want user", tc.version, rows[0].ObsRole())
+		}
 	}
 }

@@ -10,7 +10,7 @@ import (
 // SchemaVersion is the version of the trajectory schema. Bump it on any
 // change to the columns, together with testdata/schema.golden and the table
 // in schemas/README.md.
-const SchemaVersion = "4"
+const SchemaVersion = "5"
 
 // Row is one episode: the Go form of one row of a trajectory file.
 type Row struct {
@@ -51,6 +51,40 @@ type Row struct {
 	// as in rows of schema version 2 and earlier (added in version 3).
 	AgentTreeHash    string
 	VerifierTreeHash string
+	// ObservationRole is the role observations were sent to the model
+	// with when the episode was sampled ("user" for every llm-worker so
+	// far); trainers render the conversation with it, so a model is
+	// trained on the context it was sampled in. Added in schema version
+	// 5; older rows read back "" (use ObsRole, which says "user").
+	ObservationRole string
+}
+
+// DefaultObservationRole is the observation role of rows written before
+// schema version 5: the llm-worker has always sent observations as user
+// messages (as upstream does).
+const DefaultObservationRole = "user"
+
+// ObsRole is the role observations had when the episode was sampled.
+func (r *Row) ObsRole() string {
+	if r.ObservationRole == "" {
+		return DefaultObservationRole
+	}
+	return r.ObservationRole
+}
+
+// observationRole is the role of the first non-assistant message after the
+// first assistant message: what the model was shown as an observation.
+func observationRole(msgs []schemas.ChatMessage) string {
+	seen := false
+	for _, m := range msgs {
+		switch {
+		case m.Role == "assistant":
+			seen = true
+		case seen:
+			return m.Role
+		}
+	}
+	return DefaultObservationRole
 }
 
 // Message is one chat message of the episode, in order.
@@ -126,6 +160,7 @@ func FromEpisode(res schemas.EpisodeResult, sc schemas.Score, verifierMode strin
 		SchemaVersion:    SchemaVersion,
 		AgentTreeHash:    lib.Agent,
 		VerifierTreeHash: lib.Verifier,
+		ObservationRole:  observationRole(res.Messages),
 	}
 	if req.Policy.Temperature != nil {
 		t := *req.Policy.Temperature

@@ -2,6 +2,8 @@
 // online RL.
 //
 //	trainer build  --store DIR|s3://... --out DIR [--run ID ...] [filters]
+//	trainer train  --mode sft|dpo|grpo --data FILE --out DIR [--backend hf --model M]
+//	trainer score  --store URL --run ID --adapter DIR --out SCORES.jsonl [--backend hf --model M]
 //	trainer online --config FILE
 //
 // See README.md.
@@ -35,7 +37,7 @@ func main() {
 	}
 }
 
-const usage = "usage: trainer build --store URL --out DIR [flags] | trainer online --config FILE"
+const usage = "usage: trainer build --store URL --out DIR [flags] | trainer train --mode M --data FILE --out DIR [flags] | trainer score --store URL --run ID --adapter DIR --out FILE | trainer online --config FILE"
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -46,6 +48,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdBuild(ctx, args[1:], stdout, stderr)
 	case "online":
 		return cmdOnline(ctx, args[1:], stdout, stderr)
+	case "train":
+		return cmdTrain(ctx, args[1:], stdout, stderr)
+	case "score":
+		return cmdScore(ctx, args[1:], stdout, stderr)
 	default:
 		return fmt.Errorf("unknown command %q; %s", args[0], usage)
 	}
@@ -77,21 +83,26 @@ func cmdBuild(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Var((*listFlag)(&f.Models), "model", "only these models (repeatable)")
 	fs.Var((*listFlag)(&f.VerifierVersions), "verifier-version", "only these verifier versions (repeatable)")
 	fs.BoolVar(&f.IncludeInfra, "include-infra", false, "keep infra_failure and sandbox_error episodes (excluded by default)")
-	fs.StringVar(&o.ObsRole, "obs-role", "tool", "role of observation turns: tool or user")
+	fs.StringVar(&o.ObsRole, "obs-role", train.ObsSampled, "role of observation turns: sampled (as the model saw them), tool or user")
+	fs.StringVar(&o.SFTFormatErrors, "sft-format-errors", train.FormatMask, "SFT turns that failed to parse: mask (no loss), drop (the episode) or keep")
 	fs.IntVar(&o.MaxCrossPairs, "max-cross-pairs", 4, "cross-episode DPO pairs per task")
 	fs.BoolVar(&o.NoCrossPairs, "no-cross-pairs", false, "only upstream's within-episode DPO pairs")
 	fs.Int64Var(&o.Seed, "seed", 1, "seed of the verifier-data balancing")
 	fs.Float64Var(&o.GRPO.Eps, "grpo-eps", 1e-6, "ε added to the group std (verl 1e-6, TRL 1e-4)")
 	fs.StringVar(&o.GRPO.Scale, "grpo-scale", "group", "advantage scaling: group ((r−mean)/(std+ε)) or none (Dr. GRPO)")
 	fs.BoolVar(&o.GRPO.DropZeroVariance, "grpo-drop-zero-variance", false, "drop groups whose rewards are all equal")
+	fs.Float64Var(&o.GRPO.FormatWeight, "grpo-format-weight", 0, "add this × the share of turns that parsed to the reward (the online loop's format reward; 0: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *storeURL == "" || *out == "" {
 		return errors.New("build: --store and --out are required")
 	}
-	if o.ObsRole != "tool" && o.ObsRole != "user" {
-		return fmt.Errorf("build: --obs-role %q (want tool or user)", o.ObsRole)
+	if o.ObsRole != train.ObsSampled && o.ObsRole != "tool" && o.ObsRole != "user" {
+		return fmt.Errorf("build: --obs-role %q (want sampled, tool or user)", o.ObsRole)
+	}
+	if o.SFTFormatErrors != train.FormatMask && o.SFTFormatErrors != train.FormatDrop && o.SFTFormatErrors != train.FormatKeep {
+		return fmt.Errorf("build: --sft-format-errors %q (want mask, drop or keep)", o.SFTFormatErrors)
 	}
 	st, err := store.Open(ctx, *storeURL, store.Options{})
 	if err != nil {

@@ -1,28 +1,42 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/medgym/medgym/services/trainer/internal/testenv"
 )
 
-func requireTorch(t *testing.T) {
+// python is the interpreter with torch (the project venv; see
+// testenv.Python).
+func python(t *testing.T, modules ...string) string {
 	t.Helper()
-	if exec.Command("/usr/bin/python3", "-c", "import torch").Run() != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("/usr/bin/python3 lacks torch (apt-get install python3-torch; scripts/setup.sh does)")
-		}
-		t.Skip("/usr/bin/python3 lacks torch")
+	return testenv.Python(t, modules...)
+}
+
+// TestTrainStepPythonUnits runs python/test_*.py (unittest): fitting
+// conversations into --max-len keeps the system prompt, the task and every
+// assistant turn, elides middle observations with a marker, drops and
+// counts what cannot fit; the per-mode recipes and their overrides; and
+// gradient accumulation (MicroBatchTest: one sequence per forward/backward
+// follows the whole-batch loss curve within 1e-4).
+func TestTrainStepPythonUnits(t *testing.T) {
+	py := python(t)
+	out, err := exec.Command(py, "-m", "unittest", "discover", "-s", "python", "-p", "test_*.py").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
 	}
+	t.Logf("%s", out)
 }
 
 // TestTrainStepLosses runs python/train_step.py on the toy batches in
 // testdata with the CPU backend and checks that each loss does its job.
 func TestTrainStepLosses(t *testing.T) {
-	requireTorch(t)
+	py := python(t)
 	type metrics struct {
 		Backend       string             `json:"backend"`
 		Steps         int                `json:"steps"`
@@ -34,7 +48,7 @@ func TestTrainStepLosses(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			dir := t.TempDir()
 			out := filepath.Join(dir, "ckpt")
-			cmd := exec.Command("/usr/bin/python3", "python/train_step.py", "--mode", mode, "--backend", "tiny",
+			cmd := exec.Command(py, "python/train_step.py", "--mode", mode, "--backend", "tiny",
 				"--data", "testdata/toy_"+mode+".jsonl", "--out", out, "--steps", "15", "--metrics", filepath.Join(dir, "m.json"))
 			if b, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("%v\n%s", err, b)
@@ -74,59 +88,72 @@ func TestTrainStepLosses(t *testing.T) {
 	}
 }
 
-// TestTrainStepMicroBatches checks gradient accumulation: training one
-// sequence per forward/backward follows the same loss curve as the whole
-// batch at once, so each micro-batch's share is normalised by whole-batch
-// counts (a per-chunk mean would not sum to the batch loss).
-func TestTrainStepMicroBatches(t *testing.T) {
-	requireTorch(t)
-	for _, tc := range []struct{ mode, agg string }{{"sft", "token"}, {"dpo", "token"}, {"grpo", "token"}, {"grpo", "seq"}} {
-		t.Run(tc.mode+"-"+tc.agg, func(t *testing.T) {
-			var curves [2][]float64
-			for i, mb := range []string{"0", "1"} {
-				dir := t.TempDir()
-				cmd := exec.Command("/usr/bin/python3", "python/train_step.py", "--mode", tc.mode, "--backend", "tiny",
-					"--data", "testdata/toy_"+tc.mode+".jsonl", "--out", filepath.Join(dir, "ckpt"), "--steps", "4",
-					"--agg", tc.agg, "--micro-batch", mb, "--metrics", filepath.Join(dir, "m.json"))
-				if b, err := cmd.CombinedOutput(); err != nil {
-					t.Fatalf("%v\n%s", err, b)
-				}
-				b, err := os.ReadFile(filepath.Join(dir, "m.json"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				var m struct{ Loss []float64 }
-				if err := json.Unmarshal(b, &m); err != nil || len(m.Loss) != 4 {
-					t.Fatalf("metrics %s: %v", b, err)
-				}
-				curves[i] = m.Loss
-			}
-			for s := range curves[0] {
-				whole, micro := curves[0][s], curves[1][s]
-				if math.Abs(whole-micro) > 1e-4*max(1, math.Abs(whole)) {
-					t.Fatalf("step %d: loss %v with the whole batch, %v one sequence at a time", s, whole, micro)
-				}
-			}
-			if curves[0][0] == curves[0][3] {
-				t.Fatalf("loss did not move: %v", curves[0])
-			}
-		})
-	}
-}
-
 // TestTrainStepHF runs python/hf_check.py: the hf backend (transformers and
-// peft) on a tiny Llama built locally, loss masks, the three losses, peft
-// adapter output and a resume. It runs wherever /usr/bin/python3 has
-// transformers and peft (a GPU machine's image does); Debian packages
-// neither, so CI skips it.
+// peft from the project venv, the GPU machine's versions) on a tiny random
+// Llama built locally, on the CPU: loss masks, the three losses, peft
+// adapter output and a resume.
 func TestTrainStepHF(t *testing.T) {
-	requireTorch(t)
-	if exec.Command("/usr/bin/python3", "-c", "import transformers, peft").Run() != nil {
-		t.Skip("/usr/bin/python3 lacks transformers or peft")
-	}
-	out, err := exec.Command("/usr/bin/python3", "python/hf_check.py", "--work", t.TempDir()).CombinedOutput()
+	py := python(t, "transformers", "peft")
+	out, err := exec.Command(py, "python/hf_check.py", "--work", t.TempDir()).CombinedOutput()
 	if err != nil {
 		t.Fatalf("hf_check: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
+}
+
+// TestTrainStepDataParallel runs train_step.py under torchrun with 2 ranks
+// (gloo, CPU), each on its half of the toy GRPO batch: both ranks end with
+// the same weights, equal within float tolerance to one process trained on
+// the whole batch, and unlike a run on either half alone.
+func TestTrainStepDataParallel(t *testing.T) {
+	py := python(t)
+	dir := t.TempDir()
+	recs, err := os.ReadFile("testdata/toy_grpo.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var even []byte
+	for i, line := range bytes.Split(bytes.TrimSpace(recs), []byte("\n")) {
+		if i%2 == 0 {
+			even = append(append(even, line...), '\n')
+		}
+	}
+	half := filepath.Join(dir, "half.jsonl")
+	if err := os.WriteFile(half, even, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	step := []string{"python/train_step.py", "--mode", "grpo", "--backend", "tiny", "--steps", "3", "--micro-batch", "2"}
+	runStep := func(launcher []string, data, out string) {
+		t.Helper()
+		args := append(append(append([]string(nil), launcher...), step...), "--data", data, "--out", out)
+		cmd := exec.Command(py, args...)
+		cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, b)
+		}
+	}
+	torchrun := []string{"-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"}
+	runStep(torchrun, "testdata/toy_grpo.jsonl", filepath.Join(dir, "ddp"))
+	runStep(nil, "testdata/toy_grpo.jsonl", filepath.Join(dir, "union"))
+	runStep(nil, half, filepath.Join(dir, "half"))
+	cmp := `import json, sys, torch
+a, b = (torch.load(p + "/model.pt") for p in sys.argv[1:3])
+print(json.dumps(max((a[k] - b[k]).abs().max().item() for k in a)))`
+	diff := func(x, y string) float64 {
+		t.Helper()
+		out, err := exec.Command(py, "-c", cmp, filepath.Join(dir, x), filepath.Join(dir, y)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("compare %s %s: %v\n%s", x, y, err, out)
+		}
+		var d float64
+		if err := json.Unmarshal(bytes.TrimSpace(out), &d); err != nil {
+			t.Fatalf("compare: %s", out)
+		}
+		return d
+	}
+	ranks, union, alone := diff("ddp", "ddp.rank1"), diff("ddp", "union"), diff("ddp", "half")
+	t.Logf("max |Δw|: rank 0 vs rank 1 %g, vs one process on the union %g, vs one on a half %g", ranks, union, alone)
+	if ranks > 1e-6 || union > 1e-4 || alone < 100*max(union, 1e-6) {
+		t.Fatalf("rank 0 vs rank 1 %g (want ≈ 0), vs the union %g (want < 1e-4), vs a half %g (want far larger)", ranks, union, alone)
+	}
 }

@@ -49,6 +49,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	var start bus.StartFlags
 	start.RegisterFlags(fs, getenv)
 	ackWait := fs.Duration("ack-wait", 60*time.Second, "how long a message may go unacked (in-progress acks keep long work alive) before another process gets it")
+	giveUp := fs.Duration("store-give-up", service.DefaultStoreGiveUp, "how long the store may refuse every row of a run before the run fails with its error (instead of its episodes being retried forever)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -71,7 +72,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		DataRoot: *data, TasksDir: *tasksDir, LibraryDir: *library, Store: *storeURL,
 		StoreOptions: store.Options{Endpoint: *endpoint, UseSSL: !*insecure},
 		Concurrency:  *conc, FormatReward: *formatReward, GradedML: *gradedML,
-		WrongAnswerPenalty: *penalty,
+		WrongAnswerPenalty: *penalty, StoreGiveUp: *giveUp,
 	}, log)
 }
 

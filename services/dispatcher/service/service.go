@@ -181,13 +181,17 @@ func (d *Dispatcher) put(ctx context.Context, st schemas.RunStatus, rev uint64) 
 	return d.kv.Update(ctx, st.Spec.RunID, b, rev)
 }
 
-// reject records that a run cannot be planned.
+// reject records that a run cannot be planned, or has failed: it ends the
+// run with cause as its error, unless the run already ended.
 func (d *Dispatcher) reject(ctx context.Context, runID string, cause error) {
 	for range casTries {
 		st, rev, err := d.status(ctx, runID)
 		if err != nil {
 			d.log.Error("reject run", "run", runID, "err", err, "cause", cause)
 			return
+		}
+		if st.Finished {
+			return // finished, or failed for an earlier reason, which stays
 		}
 		st.Error, st.Finished = cause.Error(), true
 		if _, err := d.put(ctx, st, rev); errors.Is(err, jetstream.ErrKeyExists) {
@@ -218,6 +222,9 @@ func (d *Dispatcher) plan(ctx context.Context, spec schemas.RunSpec) (*dispatch.
 	sel := dispatch.Select(spec, all)
 	if len(sel) == 0 {
 		return nil, fmt.Errorf("run %s selects no task (datasets %v, split %q)", spec.RunID, spec.Datasets, spec.Split)
+	}
+	if err := dispatch.CheckReferences(spec, sel); err != nil {
+		return nil, err
 	}
 	return dispatch.NewPlan(spec, sel, d.cfg.MaxEpisodes)
 }
@@ -345,6 +352,13 @@ func (d *Dispatcher) deadLetter(ctx context.Context, dl DeadLetter) error {
 	}
 	if _, _, err := d.status(ctx, req.RunID); errors.Is(err, jetstream.ErrKeyNotFound) {
 		return bus.Junkf(bus.JunkUnknownRun, "dead letter from %s for unknown run %s (reason: %s)", dl.Subject, req.RunID, dl.Reason)
+	}
+	if strings.HasPrefix(dl.Subject, string(schemas.EpisodeCompleted)+".") {
+		// The verifier gave up storing a finished episode (its store
+		// refused every row for its --store-give-up): an infra_failure
+		// for it could not be stored either, so the run cannot complete.
+		d.reject(ctx, req.RunID, fmt.Errorf("the verifier could not store episode %s: %s", req.EpisodeID, dl.Reason))
+		return nil
 	}
 	res := schemas.EpisodeResult{Request: req, Termination: schemas.EndInfraFailure,
 		Error: fmt.Sprintf("dead letter from %s: %s", dl.Subject, dl.Reason), StartedAt: req.RequestedAt, FinishedAt: time.Now().UTC()}

@@ -368,3 +368,37 @@ func TestRefusesTooLargeRuns(t *testing.T) {
 		t.Fatalf("a run of exactly the limit: %+v", st)
 	}
 }
+
+// TestRefusesReferenceRunWithoutReferences: the dispatcher itself (not only
+// the CLI's preflight) refuses a reference-policy run over task files that
+// carry no reference solutions (upstream MedAgentGym's), recording why;
+// the same tasks under the openai policy are planned (positive control).
+func TestRefusesReferenceRunWithoutReferences(t *testing.T) {
+	dir := t.TempDir()
+	src, err := os.ReadFile(filepath.Join("..", "..", "..", "tasks", "testdata", "upstream", "medcalcbench", "test_tasks.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "medcalcbench"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "medcalcbench", "test_tasks.jsonl"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, Config{}, nil)
+	ref := h.spec("upstream-ref", 3, 1, 0)
+	ref.TasksDir = dir
+	open := h.spec("upstream-openai", 3, 1, 0)
+	open.TasksDir = dir
+	open.Policy = schemas.PolicySpec{Name: schemas.PolicyOpenAI, Model: "m", BaseURL: "http://127.0.0.1:1/v1"}
+	h.submit(ref)
+	h.submit(open)
+	st := h.waitStatus("upstream-ref", "refused", func(s schemas.RunStatus) bool { return s.Error != "" })
+	if !st.Finished || st.Total != 0 || !strings.Contains(st.Error, "without a reference solution") || !strings.Contains(st.Error, "3 of 3") {
+		t.Fatalf("reference run over upstream tasks: %+v", st)
+	}
+	st = h.waitStatus("upstream-openai", "accepted", func(s schemas.RunStatus) bool { return s.Total > 0 || s.Error != "" })
+	if st.Error != "" || st.Total != 3 {
+		t.Fatalf("openai run over the same tasks: %+v", st)
+	}
+}

@@ -7,14 +7,17 @@ in ../testdata, with a ChatML chat template, then
   1. encodes a conversation and checks the loss mask: the tokens that carry
      loss decode to the assistant turns, the others to the rest, and the
      spans concatenate to the chat template of the whole conversation;
-  2. runs train_step.py --backend hf for SFT, DPO and GRPO and checks what
-     the CPU test checks for the tiny backend (SFT loss falls, DPO margin
-     rises, GRPO raises positive- and lowers negative-advantage log-probs)
-     and that each output is a peft adapter directory (adapter_config.json
-     naming the base model, adapter_model.safetensors) as vLLM's
-     /v1/load_lora_adapter loads it;
-  3. resumes GRPO from the adapter (--init) and checks that the step starts
-     where the last one ended.
+  2. runs SFT through train_step.py (one process per step), then GRPO and
+     DPO through one resident worker (worker.py: the model loaded once,
+     the optimiser kept), and checks what the CPU test checks for the tiny
+     backend (SFT loss falls, DPO margin rises, GRPO raises positive- and
+     lowers negative-advantage log-probs), that a malformed request gets an
+     error and the worker goes on, and that each output is a peft adapter
+     directory (adapter_config.json naming the base model,
+     adapter_model.safetensors) as vLLM's /v1/load_lora_adapter loads it;
+  3. starts a new worker from the DPO adapter and its optimiser state
+     (--init, as after a crash) and checks that the step starts where the
+     last one ended.
 
 Runs on a GPU when torch sees one, else on the CPU. Needs transformers
 (>= 4.56) and peft; exits 2 when they are missing, 1 when a check fails.
@@ -94,23 +97,65 @@ def check_mask(model_dir):
     return {"tokens": len(ids), "trained_tokens": sum(lm)}
 
 
-def run_step(model_dir, work, mode, init=""):
-    out = os.path.join(work, mode + ("-resumed" if init else ""))
-    metrics = out + ".metrics.json"
-    cmd = [sys.executable, os.path.join(HERE, "train_step.py"), "--mode", mode, "--backend", "hf", "--model", model_dir,
-           "--data", os.path.join(TESTDATA, "toy_%s.jsonl" % mode), "--out", out, "--init=" + init,
-           "--metrics", metrics, "--steps", "15", "--lr", "5e-3", "--lora-r", "8", "--micro-batch", "2"]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    check(res.returncode == 0, "train_step %s failed:\n%s%s" % (mode, res.stdout, res.stderr))
-    with open(metrics) as f:
-        m = json.load(f)
-    check(m["backend"] == "hf" and m["steps"] == 15, "%s metrics: %s" % (mode, m))
+def check_adapter(out, model_dir, mode):
     with open(os.path.join(out, "adapter_config.json")) as f:
         acfg = json.load(f)
     check(acfg.get("peft_type") == "LORA" and acfg.get("base_model_name_or_path") == model_dir and acfg.get("target_modules"),
           "%s adapter_config.json: %s" % (mode, acfg))
     check(os.path.exists(os.path.join(out, "adapter_model.safetensors")), "%s: no adapter_model.safetensors" % mode)
+
+
+STEP = ["--steps", "15", "--lr", "5e-3", "--micro-batch", "2"]
+RECIPE = {"steps": 15, "lr": 5e-3, "micro_batch": 2}
+
+
+def run_step(model_dir, work, mode):
+    """One train_step.py process (the per-iteration path)."""
+    out = os.path.join(work, mode)
+    metrics = out + ".metrics.json"
+    cmd = [sys.executable, os.path.join(HERE, "train_step.py"), "--mode", mode, "--backend", "hf", "--model", model_dir,
+           "--data", os.path.join(TESTDATA, "toy_%s.jsonl" % mode), "--out", out, "--metrics", metrics, "--lora-r", "8"] + STEP
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    check(res.returncode == 0, "train_step %s failed:\n%s%s" % (mode, res.stdout, res.stderr))
+    with open(metrics) as f:
+        m = json.load(f)
+    check(m["backend"] == "hf" and m["steps"] == 15, "%s metrics: %s" % (mode, m))
+    check_adapter(out, model_dir, mode)
     return out, m
+
+
+class Worker:
+    """A resident worker.py process."""
+
+    def __init__(self, model_dir, init=""):
+        cmd = [sys.executable, os.path.join(HERE, "worker.py"), "--backend", "hf", "--model", model_dir, "--lora-r", "8"]
+        if init:
+            cmd.append("--init=" + init)
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.ready = json.loads(self.p.stdout.readline() or "{}")
+        check(self.ready.get("ready") and self.ready.get("backend") == "hf", "worker start: %s" % self.ready)
+        self.model_dir, self.n = model_dir, 0
+
+    def send(self, line):
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+        return json.loads(self.p.stdout.readline() or "{}")
+
+    def train(self, work, mode, tag=""):
+        self.n += 1
+        out = os.path.join(work, mode + tag)
+        ans = self.send(json.dumps({"id": self.n, "op": "train", "mode": mode, "out": out, "recipe": RECIPE,
+                                    "data": os.path.join(TESTDATA, "toy_%s.jsonl" % mode)}))
+        check(ans.get("ok") and ans.get("id") == self.n, "worker %s: %s" % (mode, ans))
+        m = ans["metrics"]
+        check(m["backend"] == "hf" and m["steps"] == 15, "%s metrics: %s" % (mode, m))
+        check_adapter(out, self.model_dir, mode)
+        check(os.path.exists(os.path.join(out, "optimizer.pt")), "%s: no optimizer.pt" % mode)
+        return out, m
+
+    def close(self):
+        ans = self.send(json.dumps({"op": "shutdown"}))
+        check(ans.get("ok") and self.p.wait(timeout=60) == 0, "worker shutdown: %s" % ans)
 
 
 def main():
@@ -134,17 +179,25 @@ def main():
         _, m = run_step(model_dir, work, "sft")
         check(m["after"]["sft_loss"] < m["before"]["sft_loss"] - 0.5, "SFT loss did not fall: %s" % m)
         summary["sft_loss"] = [m["before"]["sft_loss"], m["after"]["sft_loss"]]
-        _, m = run_step(model_dir, work, "dpo")
-        check(abs(m["before"]["dpo_margin"]) < 1e-6 and m["after"]["dpo_margin"] > 0.1, "DPO margin did not rise: %s" % m)
-        summary["dpo_margin"] = [m["before"]["dpo_margin"], m["after"]["dpo_margin"]]
-        out, m = run_step(model_dir, work, "grpo")
+        w = Worker(model_dir)
+        _, m = w.train(work, "grpo")
         b, e = m["before"], m["after"]
         check(e["pos_logp"] > b["pos_logp"] and e["neg_logp"] < b["neg_logp"] and e["kl"] > 0, "GRPO: %s" % m)
         summary["grpo_pos_logp"] = [b["pos_logp"], e["pos_logp"]]
-        _, m2 = run_step(model_dir, work, "grpo", init=out)
-        check(abs(m2["before"]["pos_logp"] - e["pos_logp"]) < 5e-2,
-              "resumed GRPO starts at pos logp %s, the last step ended at %s" % (m2["before"]["pos_logp"], e["pos_logp"]))
-        summary["resumed_pos_logp"] = m2["before"]["pos_logp"]
+        ans = w.send('{"op": "train", "mode": ')
+        check(ans.get("ok") is False and "malformed" in ans.get("error", ""), "malformed request: %s" % ans)
+        out, m = w.train(work, "dpo")  # the same worker, model and adapter: no new load
+        check(m["after"]["dpo_margin"] > m["before"]["dpo_margin"] + 0.1, "DPO margin did not rise: %s" % m)
+        summary["dpo_margin"] = [m["before"]["dpo_margin"], m["after"]["dpo_margin"]]
+        last = m["after"]["dpo_margin"]
+        w.close()
+        w2 = Worker(model_dir, init=out)
+        check(w2.ready.get("optimizer_restored"), "the restarted worker did not restore the optimiser: %s" % w2.ready)
+        _, m2 = w2.train(work, "dpo", "-resumed")
+        check(abs(m2["before"]["dpo_margin"] - last) < 5e-2,
+              "resumed DPO starts at margin %s, the last step ended at %s" % (m2["before"]["dpo_margin"], last))
+        summary["resumed_dpo_margin"] = m2["before"]["dpo_margin"]
+        w2.close()
     except AssertionError as err:
         summary["failed"] = str(err)
         print(json.dumps(summary, indent=1))

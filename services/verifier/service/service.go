@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,6 +42,12 @@ type Config struct {
 	// abstention (verify.Options).
 	WrongAnswerPenalty float64
 	AckWait            time.Duration
+	// StoreGiveUp is how long the store may refuse every row of a run
+	// before the verifier gives up on the episodes it cannot store (default 5 min):
+	// each becomes a dead letter with the store's error, which fails its
+	// run, instead of being retried forever. Shorter outages (a restart)
+	// are ridden out.
+	StoreGiveUp time.Duration
 }
 
 // Run serves until ctx is done.
@@ -56,6 +63,9 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	}
 	if cfg.AckWait == 0 {
 		cfg.AckWait = 60 * time.Second
+	}
+	if cfg.StoreGiveUp == 0 {
+		cfg.StoreGiveUp = DefaultStoreGiveUp
 	}
 	st, err := store.Open(ctx, cfg.Store, cfg.StoreOptions)
 	if err != nil {
@@ -90,7 +100,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if err != nil {
 		return fmt.Errorf("verifier: %w", err)
 	}
-	v := &verifier{runs: runs, store: st.Location(), scored: scored, conn: conn, lib: tasks.NewCache(cfg.DataRoot, cfg.TasksDir, cfg.LibraryDir), batch: batch, cfg: cfg, log: log,
+	v := &verifier{failingSince: map[string]time.Time{}, runs: runs, store: st.Location(), scored: scored, conn: conn, lib: tasks.NewCache(cfg.DataRoot, cfg.TasksDir, cfg.LibraryDir), batch: batch, cfg: cfg, log: log,
 		hashes: hashes}
 
 	rt, err := bus.NewRouter(conn, log)
@@ -112,9 +122,16 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	return rt.Run(ctx)
 }
 
+// DefaultStoreGiveUp is Config.StoreGiveUp's default.
+const DefaultStoreGiveUp = 5 * time.Minute
+
 type verifier struct {
-	runs  *bus.Runs
-	store string // where rows go, announced in every score
+	// failingSince is, per run, when the store began refusing the run's
+	// rows (since the last one it took).
+	failingMu    sync.Mutex
+	failingSince map[string]time.Time
+	runs         *bus.Runs
+	store        string // where rows go, announced in every score
 	// hashes are the task trees' hashes, recorded in every row.
 	hashes schemas.TreeHashes
 	scored *prometheus.CounterVec
@@ -185,8 +202,9 @@ func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
 	select {
 	case err := <-done:
 		if err != nil {
-			return fmt.Errorf("store episode %s: %w", req.EpisodeID, err)
+			return v.storeFailed(req.RunID, fmt.Errorf("store episode %s: %w", req.EpisodeID, err))
 		}
+		v.storeTook(req.RunID)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -194,6 +212,34 @@ func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
 		v.scored.WithLabelValues(sc.Dataset, string(sc.Outcome)).Inc()
 	}
 	return v.conn.Publish(ctx, schemas.EpisodeScored.For(req.RunID), schemas.MsgID(req.EpisodeID, "scored"), sc)
+}
+
+// storeFailed returns err, which JetStream redelivers with backoff, until
+// the store has refused every row of the run for StoreGiveUp: then the
+// episode is a permanent failure, dead-lettered with err, and the
+// dispatcher fails its run with that reason (a store that stays
+// unwritable would otherwise retry the run's episodes forever). The clock
+// is per run, so other runs' rows going through do not hide it.
+func (v *verifier) storeFailed(run string, err error) error {
+	now := time.Now()
+	v.failingMu.Lock()
+	since, ok := v.failingSince[run]
+	if !ok {
+		since = now
+		v.failingSince[run] = now
+	}
+	v.failingMu.Unlock()
+	if failing := now.Sub(since); failing >= v.cfg.StoreGiveUp {
+		return bus.Permanent(fmt.Errorf("%w (the store has refused every row of run %s for %s: giving up)", err, run, failing.Round(time.Second)))
+	}
+	return err
+}
+
+// storeTook resets the run's give-up clock.
+func (v *verifier) storeTook(run string) {
+	v.failingMu.Lock()
+	delete(v.failingSince, run)
+	v.failingMu.Unlock()
 }
 
 // treeHashes are the hashes of the task trees this verifier scores with:

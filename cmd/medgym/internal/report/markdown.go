@@ -52,12 +52,15 @@ func Write(dir string, r Report) ([]string, error) {
 	files[FileSuccessDataset] = barChart("Success rate per dataset (infra failures excluded)", "success rate", l, v, 1, pct)
 	l, v = rates(r.ByCategory)
 	files[FileSuccessCategory] = barChart("Success rate per category (infra failures excluded)", "success rate", l, v, 1, pct)
-	var pass, best []float64
+	var pass, best, oracle []float64
 	for _, a := range r.AtK {
-		pass, best = append(pass, a.Pass), append(best, a.Best)
+		pass, best, oracle = append(pass, a.Pass), append(best, a.Best), append(oracle, a.Oracle)
 	}
-	files[FileAtK] = lineChart(fmt.Sprintf("Pass@k and Best@k, K = %d", r.K), "k (samples)", "share of tasks",
-		[]series{{"Pass@k", pass}, {"Best@k", best}})
+	ss := []series{{"Pass@k", pass}, {"Oracle@k", oracle}}
+	if r.Verifier != "" {
+		ss = append(ss, series{"Best@k", best})
+	}
+	files[FileAtK] = lineChart(fmt.Sprintf("Pass@k and Best@k, K = %d", r.K), "k (samples)", "share of tasks", ss)
 	l, v, m := counts(r.Turns)
 	files[FileTurns] = barChart("Turns per episode", "episodes", l, v, m, count)
 	l, v, m = counts(r.Actions)
@@ -127,11 +130,27 @@ func Markdown(r Report) []byte {
 
 	p("## Pass@k and Best@k\n\n")
 	p("Pass@k: the unbiased estimator 1 − C(n−c,k)/C(n,k) per task (n scored samples, c correct), averaged over the tasks with n ≥ k. ")
-	p("Best@k: the share of those tasks whose selected sample among the first k is correct; with no reward model the selector takes ")
-	p("the sample that ended with an accepted run or an explicit answer, with the fewest turns (else the fewest turns; ties: lower sample index).\n\n")
-	p("| k | tasks | Pass@k | Best@k |\n|---:|---:|---:|---:|\n")
-	for _, a := range r.AtK {
-		p("| %d | %d | %.3f | %.3f |\n", a.K, a.Tasks, a.Pass, a.Best)
+	if r.Verifier != "" {
+		p("Best@k: the share of those tasks whose sample chosen among the first k by the trajectory verifier **%s** (highest score) is correct", r.Verifier)
+		if r.Unscored > 0 {
+			p(" (%d episodes had no score and are chosen last)", r.Unscored)
+		}
+		p(". ")
+	} else {
+		p("Best@k needs a trajectory verifier's scores (`medgym report --scores FILE`, from `trainer score`); this report has none. ")
+	}
+	p("Oracle@k is not Best@k: its pick is the sample that ended with an accepted run or an explicit answer, with the fewest turns ")
+	p("(else the fewest turns; ties: lower sample index); an accepted run is the ground-truth check's verdict, so it uses the answer key and follows Pass@k.\n\n")
+	if r.Verifier != "" {
+		p("| k | tasks | Pass@k | Best@k | Oracle@k |\n|---:|---:|---:|---:|---:|\n")
+		for _, a := range r.AtK {
+			p("| %d | %d | %.3f | %.3f | %.3f |\n", a.K, a.Tasks, a.Pass, a.Best, a.Oracle)
+		}
+	} else {
+		p("| k | tasks | Pass@k | Oracle@k |\n|---:|---:|---:|---:|\n")
+		for _, a := range r.AtK {
+			p("| %d | %d | %.3f | %.3f |\n", a.K, a.Tasks, a.Pass, a.Oracle)
+		}
 	}
 	p("\n![Pass@k and Best@k](%s)\n\n", FileAtK)
 

@@ -11,14 +11,18 @@
 //   - Pass@k is the unbiased estimator 1 − C(n−c, k)/C(n, k) (Chen et al.
 //     2021) per task with n scored samples of which c are correct, averaged
 //     over the tasks with n ≥ k;
-//   - Best@k has no reward model: among a task's first k scored samples (in
-//     sample-index order) the selector picks the sample that ended on its
-//     own, with an accepted code execution or an explicit answer
-//     (termination "accepted" or "answered"), with the fewest turns; with no
-//     such sample, the one with the fewest turns; ties go to the lower sample
-//     index. Best@k is the share of tasks (with n ≥ k) whose pick is correct.
-//     Under --end-on accepted the "accepted" termination comes from the
-//     verifier's check, so Best@k then leans on the verifier.
+//   - Best@k is the paper's metric: among a task's first k scored samples (in
+//     sample-index order) a trajectory verifier (a reward model trained on
+//     trainer build's verifier/ export; its scores come in Options.Scores)
+//     picks the highest-scoring one; Best@k is the share of tasks (with
+//     n ≥ k) whose pick is correct. Without scores there is no Best@k.
+//   - Oracle@k is not Best@k: it picks the sample that ended on its own,
+//     with an accepted code execution or an explicit answer (termination
+//     "accepted" or "answered"), with the fewest turns (else the fewest
+//     turns; ties: the lower sample index). Under --end-on accepted the
+//     "accepted" termination comes from the ground-truth check, so this
+//     pick uses the answer key and Oracle@k ≈ Pass@k; it is reported as an
+//     upper bound, named for what it is.
 //   - "correct" counts the episodes that reached the task's correct outcome
 //     (schemas.Outcome.Solved): a correct answer, or on a task that offers
 //     abstention (EHRSQL 2024) a correct abstention;
@@ -43,6 +47,11 @@ import (
 type Options struct {
 	// PriceIn and PriceOut are USD per 1M prompt and completion tokens.
 	PriceIn, PriceOut float64
+	// Scores are trajectory-verifier scores by episode id (higher: more
+	// likely solved); Verifier names the model that gave them. With scores
+	// the report has Best@k.
+	Scores   map[string]float64
+	Verifier string
 	// Abstention lists the datasets that offer abstention, whose
 	// reliability score is reported even if no episode abstained.
 	Abstention []string
@@ -86,12 +95,14 @@ type Count struct {
 	N    int
 }
 
-// AtK holds Pass@k and Best@k for one k.
+// AtK holds Pass@k, Best@k (verifier-chosen; only with scores) and
+// Oracle@k for one k.
 type AtK struct {
-	K     int
-	Tasks int // tasks with at least k scored samples
-	Pass  float64
-	Best  float64
+	K      int
+	Tasks  int // tasks with at least k scored samples
+	Pass   float64
+	Best   float64
+	Oracle float64
 }
 
 // Report is what a run's rows say.
@@ -106,9 +117,15 @@ type Report struct {
 	ByDataset  []Group
 	ByCategory []Group
 	AtK        []AtK
-	Turns      []Count // Name is the turn count
-	Actions    []Count
-	Tokens     Tokens
+	// Verifier names the trajectory verifier that chose Best@k ("": no
+	// scores, no Best@k).
+	Verifier string
+	// Unscored counts scored episodes the verifier gave no score (they are
+	// never picked while a scored sample exists).
+	Unscored int
+	Turns    []Count // Name is the turn count
+	Actions  []Count
+	Tokens   Tokens
 	// Reliability holds one entry per dataset that offers abstention.
 	Reliability []Reliability
 }
@@ -137,6 +154,9 @@ var ActionLabels = []string{schemas.ActionValidateCode, schemas.ActionRequestInf
 // Build computes the report of rows.
 func Build(runID string, rows []parquet.Row, opt Options) Report {
 	r := Report{RunID: runID, Episodes: len(rows), Tokens: Tokens{PriceIn: opt.PriceIn, PriceOut: opt.PriceOut}}
+	if opt.Scores != nil {
+		r.Verifier = cmp.Or(opt.Verifier, "unnamed verifier")
+	}
 	outcomes := map[string]int{}
 	byDS, byCat := map[string]*Group{}, map[string]*Group{}
 	turns := map[int]int{}
@@ -184,6 +204,9 @@ func Build(runID string, rows []parquet.Row, opt Options) Report {
 			}
 		}
 		if !infra {
+			if _, ok := opt.Scores[row.EpisodeID]; opt.Scores != nil && !ok {
+				r.Unscored++
+			}
 			r.Scored++
 			k := taskKey{row.Dataset, row.Split, row.TaskID}
 			samples[k] = append(samples[k], row)
@@ -240,12 +263,16 @@ func Build(runID string, rows []parquet.Row, opt Options) Report {
 			}
 			a.Pass += PassAtK(len(s), c, k)
 			if schemas.Outcome(Select(s[:k]).Outcome).Solved() {
+				a.Oracle++
+			}
+			if opt.Scores != nil && schemas.Outcome(SelectByScore(s[:k], opt.Scores).Outcome).Solved() {
 				a.Best++
 			}
 		}
 		if a.Tasks > 0 {
 			a.Pass /= float64(a.Tasks)
 			a.Best /= float64(a.Tasks)
+			a.Oracle /= float64(a.Tasks)
 		}
 		r.AtK = append(r.AtK, a)
 	}
@@ -270,7 +297,21 @@ func PassAtK(n, c, k int) float64 {
 	return 1 - p
 }
 
-// Select is the Best@k selector (see the package doc): prefer samples that
+// SelectByScore is the Best@k selector: the sample the trajectory verifier
+// scored highest (unscored samples last; ties: the lower sample index). s
+// must be sorted by sample index and non-empty.
+func SelectByScore(s []parquet.Row, scores map[string]float64) parquet.Row {
+	best, bestScore, have := s[0], 0.0, false
+	for _, row := range s {
+		sc, ok := scores[row.EpisodeID]
+		if ok && (!have || sc > bestScore) {
+			best, bestScore, have = row, sc, true
+		}
+	}
+	return best
+}
+
+// Select is the Oracle@k selector (see the package doc): prefer samples that
 // ended with an accepted run or an explicit answer, then fewer turns, then
 // the lower sample index. s must be sorted by sample index and non-empty.
 func Select(s []parquet.Row) parquet.Row {

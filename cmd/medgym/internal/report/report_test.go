@@ -1,7 +1,9 @@
 package report
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -52,8 +54,96 @@ func TestBuildExcludesInfraFailures(t *testing.T) {
 	if g := r.ByDataset[0]; g.Rate() != 0.5 || g.Episodes != 3 {
 		t.Fatalf("dataset group %+v", g)
 	}
-	if a := r.AtK[0]; a.Tasks != 2 || a.Pass != 0.5 || a.Best != 0.5 {
+	if a := r.AtK[0]; a.Tasks != 2 || a.Pass != 0.5 || a.Oracle != 0.5 || a.Best != 0 || r.Verifier != "" {
 		t.Fatalf("at k=1: %+v", a)
+	}
+}
+
+// TestBestAtKByVerifierScores: Best@k follows the verifier's scores. A
+// scorer that knows the answers (1 for correct, 0 else) reproduces Pass@k
+// at k = n; one that prefers the wrong samples picks them; unscored
+// samples come last.
+func TestBestAtKByVerifierScores(t *testing.T) {
+	var rows []parquet.Row
+	oracle, adverse := map[string]float64{}, map[string]float64{}
+	for task := range 4 {
+		for k := range 3 {
+			id := fmt.Sprintf("t%d-%d", task, k)
+			out := "incorrect"
+			if k == task%3 && task < 3 { // tasks 0..2 have one correct sample; task 3 none
+				out = "correct"
+			}
+			rows = append(rows, parquet.Row{EpisodeID: id, TaskID: fmt.Sprint(task), Dataset: "d", SampleIndex: int32(k),
+				Outcome: out, Termination: "answered", NumTurns: 1})
+			oracle[id] = map[bool]float64{true: 1, false: 0}[out == "correct"]
+			adverse[id] = 1 - oracle[id]
+		}
+	}
+	r := Build("x", rows, Options{Scores: oracle, Verifier: "oracle-scorer"})
+	last := r.AtK[len(r.AtK)-1]
+	if r.Verifier != "oracle-scorer" || last.K != 3 || last.Best != last.Pass || last.Pass != 0.75 {
+		t.Fatalf("an oracle scorer must reproduce Pass@k: %+v", last)
+	}
+	for _, a := range r.AtK {
+		if a.Best+1e-12 < a.Pass-1e-12 && a.K == 3 {
+			t.Fatalf("k=%d: Best %v below Pass %v with an oracle scorer", a.K, a.Best, a.Pass)
+		}
+	}
+	if a := Build("x", rows, Options{Scores: adverse}).AtK[2]; a.Best != 0 {
+		t.Fatalf("a scorer preferring wrong samples picked a correct one: %+v", a)
+	}
+	partial := map[string]float64{"t0-1": 0.9} // t0-1 is wrong; every other sample unscored
+	rp := Build("x", rows, Options{Scores: partial, Verifier: "v"})
+	if rp.Unscored != 11 || SelectByScore(rows[0:3], partial).EpisodeID != "t0-1" {
+		t.Fatalf("unscored %d, pick %s", rp.Unscored, SelectByScore(rows[0:3], partial).EpisodeID)
+	}
+	md := string(Markdown(r))
+	if !strings.Contains(md, "| k | tasks | Pass@k | Best@k | Oracle@k |") || !strings.Contains(md, "**oracle-scorer**") {
+		t.Fatalf("markdown:\n%s", md)
+	}
+}
+
+// TestLeaderboard: models × datasets in the paper's Table 3 shape, with the
+// in- and out-of-distribution averages, in Markdown and CSV.
+func TestLeaderboard(t *testing.T) {
+	var rows []parquet.Row
+	add := func(run, model, ds string, right, n int) {
+		for i := range n {
+			out := "incorrect"
+			if i < right {
+				out = "correct"
+			}
+			rows = append(rows, parquet.Row{RunID: run, Model: model, Dataset: ds, Outcome: out})
+		}
+	}
+	add("r1", "qwen-7b", "medcalcbench", 1, 4)
+	add("r1", "qwen-7b", "mimic_iii", 2, 4)
+	add("r2", "qwen-7b", "npowerai", 0, 2)
+	add("r3", "gpt", "medcalcbench", 3, 4)
+	add("r3", "gpt", "npowerai", 1, 2)
+	rows = append(rows, parquet.Row{RunID: "r3", Model: "gpt", Dataset: "mimic_iii", Outcome: "infra_failure"})
+	b := Leaderboard(rows, DefaultOOD)
+	if !slices.Equal(b.Datasets, []string{"medcalcbench", "mimic_iii", "npowerai"}) || len(b.Rows) != 2 {
+		t.Fatalf("board %+v", b)
+	}
+	gpt, qwen := b.Rows[0], b.Rows[1]
+	if gpt.Model != "gpt" || gpt.AvgID != 0.75 || gpt.AvgOOD != 0.5 || gpt.Avg != 0.625 || gpt.HaveID != true {
+		t.Fatalf("gpt %+v", gpt)
+	}
+	if _, ok := gpt.Rate["mimic_iii"]; ok {
+		t.Fatal("an infra failure counted as a scored episode")
+	}
+	if qwen.AvgID != 0.375 || qwen.AvgOOD != 0 || len(qwen.Runs) != 2 {
+		t.Fatalf("qwen %+v", qwen)
+	}
+	md := b.Markdown()
+	if !strings.Contains(md, "| model | medcalcbench | mimic_iii | npowerai (OOD) | avg in-distribution | avg out-of-distribution | avg |") ||
+		!strings.Contains(md, "| gpt | 75.00 |  | 50.00 | 75.00 | 50.00 | 62.50 |") {
+		t.Fatalf("markdown:\n%s", md)
+	}
+	c, err := b.CSV()
+	if err != nil || !strings.Contains(string(c), "qwen-7b,25.00,50.00,0.00,37.50,0.00,25.00") {
+		t.Fatalf("csv %v:\n%s", err, c)
 	}
 }
 

@@ -22,6 +22,32 @@ const DefaultMaxEpisodes = 1_000_000
 // than allowed.
 var ErrTooLarge = errors.New("run too large")
 
+// ErrNoReferences is returned by CheckReferences.
+var ErrNoReferences = errors.New("tasks without a reference solution")
+
+// CheckReferences refuses a reference-policy run over selected tasks of
+// which some have no reference solution: each of their episodes could
+// only end as infra_failure. Other policies pass.
+func CheckReferences(spec schemas.RunSpec, selected []tasks.Task) error {
+	if spec.Policy.Name != schemas.PolicyReference {
+		return nil
+	}
+	missing, first := 0, ""
+	for i := range selected {
+		if selected[i].Reference == "" {
+			if missing == 0 {
+				first = selected[i].View.ID
+			}
+			missing++
+		}
+	}
+	if missing == 0 {
+		return nil
+	}
+	return fmt.Errorf("run %s: policy reference: %w: %d of %d selected tasks (first %s); upstream task files carry none, so use policy openai",
+		spec.RunID, ErrNoReferences, missing, len(selected), first)
+}
+
 // Select filters ts by the spec's categories and task ids, then keeps the
 // first Limit tasks, or a seeded sample of Limit tasks when SampleSeed is set.
 func Select(spec schemas.RunSpec, ts []tasks.Task) []tasks.Task {

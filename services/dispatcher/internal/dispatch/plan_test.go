@@ -251,3 +251,20 @@ func BenchmarkPlanMillion(b *testing.B) {
 		_, _ = p.Lookup(p.Request(p.Len()-1, time.Unix(0, 0)).EpisodeID)
 	}
 }
+
+func TestCheckReferences(t *testing.T) {
+	t.Parallel()
+	ts := mkTasks(3)
+	ts[0].Reference, ts[2].Reference = "print(1)", "print(2)"
+	ref := schemas.RunSpec{RunID: "r", Policy: schemas.PolicySpec{Name: schemas.PolicyReference}}
+	err := CheckReferences(ref, ts)
+	if !errors.Is(err, ErrNoReferences) || !strings.Contains(err.Error(), "1 of 3") || !strings.Contains(err.Error(), "ds-1") {
+		t.Fatalf("a reference run with a task lacking its reference: %v", err)
+	}
+	if err := CheckReferences(ref, []tasks.Task{ts[0], ts[2]}); err != nil {
+		t.Fatalf("every task has a reference: %v", err)
+	}
+	if err := CheckReferences(schemas.RunSpec{RunID: "r", Policy: schemas.PolicySpec{Name: schemas.PolicyOpenAI}}, ts); err != nil {
+		t.Fatalf("an openai run needs no reference: %v", err)
+	}
+}

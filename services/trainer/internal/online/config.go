@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/services/trainer/internal/worker"
 )
 
 // Config is the online loop's configuration file (JSON, or YAML with the
@@ -50,6 +51,15 @@ type Config struct {
 	GRPO    GRPO         `json:"grpo"`
 	Stale   Staleness    `json:"staleness"`
 
+	// Eval, when set, runs a held-out evaluation every Eval.Every
+	// iterations with the new adapter; its success rate goes into the
+	// iteration's report and the progress table.
+	Eval *Eval `json:"eval,omitempty"`
+
+	// Overlap submits iteration i+1's batch, sampled from the current
+	// policy, while iteration i trains (needs staleness.max_lag ≥ 1).
+	Overlap bool `json:"overlap,omitempty"`
+
 	// WaitTimeout bounds waiting for one batch's scores (default 1h).
 	WaitTimeout Duration `json:"wait_timeout,omitempty"`
 }
@@ -70,13 +80,19 @@ type Serving struct {
 	Logprobs bool `json:"logprobs"`
 }
 
-// TrainCommand is the training step, one process per iteration. Its
-// arguments may use {batch}, {out}, {init} (empty for the first
-// iteration), {metrics} and {version} (the new version).
+// TrainCommand is the training step: a resident worker (Resident, the
+// command that starts python/worker.py; it loads the model once and keeps
+// the optimiser state across iterations) or one process per iteration
+// (Command). Command's arguments may use {batch}, {out}, {init} (empty for
+// the first iteration), {metrics} and {version} (the new version).
 type TrainCommand struct {
-	Command []string `json:"command"`
-	Dir     string   `json:"dir,omitempty"`
-	Timeout Duration `json:"timeout,omitempty"`
+	Resident []string `json:"resident,omitempty"`
+	// Recipe overrides the worker's per-mode defaults (GRPO: lr 1e-5,
+	// KL 1e-3; resident only: a per-iteration command takes flags).
+	Recipe  worker.Recipe `json:"recipe,omitempty"`
+	Command []string      `json:"command"`
+	Dir     string        `json:"dir,omitempty"`
+	Timeout Duration      `json:"timeout,omitempty"`
 }
 
 // GRPO are the advantage settings.
@@ -84,7 +100,28 @@ type GRPO struct {
 	Eps              float64 `json:"eps,omitempty"`
 	Scale            string  `json:"scale,omitempty"`
 	DropZeroVariance bool    `json:"drop_zero_variance"`
+	// FormatWeight weighs the format reward (the share of turns that parsed
+	// as an action) added to the verifier's correctness reward (upstream
+	// §6.2: correctness + format; the paper gives no weights). Default
+	// DefaultFormatWeight; 0 turns it off.
+	FormatWeight *float64 `json:"format_weight,omitempty"`
 }
+
+// Eval is the held-out evaluation: tasks (default: the training datasets'
+// test split) sampled Samples times at Temperature by the adapter an
+// iteration has just produced.
+type Eval struct {
+	Every       int      `json:"every"`
+	Datasets    []string `json:"datasets,omitempty"`
+	Split       string   `json:"split,omitempty"`
+	TaskIDs     []string `json:"task_ids,omitempty"`
+	Limit       int      `json:"limit,omitempty"`
+	Samples     int      `json:"samples,omitempty"`
+	Temperature *float64 `json:"temperature,omitempty"`
+}
+
+// DefaultFormatWeight is the default weight of the format reward.
+const DefaultFormatWeight = 0.1
 
 // Staleness bounds how old the samples of a batch may be. A batch holds
 // the current iteration's run and the runs of the Replay iterations before
@@ -177,6 +214,27 @@ func (c Config) WithDefaults() Config {
 	if c.GRPO.Scale == "" {
 		c.GRPO.Scale = "group"
 	}
+	if c.Eval != nil {
+		e := *c.Eval
+		if len(e.Datasets) == 0 {
+			e.Datasets = c.Datasets
+		}
+		if e.Split == "" {
+			e.Split = "test"
+		}
+		if e.Samples == 0 {
+			e.Samples = 1
+		}
+		if e.Temperature == nil {
+			t := 0.0
+			e.Temperature = &t
+		}
+		c.Eval = &e
+	}
+	if c.GRPO.FormatWeight == nil {
+		w := DefaultFormatWeight
+		c.GRPO.FormatWeight = &w
+	}
 	if c.Stale.Mode == "" {
 		c.Stale.Mode = "drop"
 	}
@@ -216,6 +274,8 @@ func (c Config) Validate() error {
 	req(c.Stale.Replay >= 0 && c.Stale.MaxLag >= 0, "staleness.replay and staleness.max_lag must be ≥ 0")
 	req(c.Stale.Mode == "drop" || c.Stale.Mode == "reweight", "staleness.mode must be drop or reweight")
 	req(c.GRPO.Scale == "group" || c.GRPO.Scale == "none", "grpo.scale must be group or none")
+	req(c.Eval == nil || c.Eval.Every >= 1, "eval.every must be ≥ 1")
+	req(!c.Overlap || c.Stale.MaxLag >= 1, "overlap samples one version behind: it needs staleness.max_lag ≥ 1")
 	if c.Episode != nil {
 		if err := c.Episode.Validate(); err != nil {
 			errs = append(errs, err)

@@ -2,6 +2,7 @@ package online
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,6 +25,7 @@ import (
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
 	"github.com/medgym/medgym/services/trainer/internal/train"
+	"github.com/medgym/medgym/services/trainer/internal/worker"
 	"github.com/medgym/medgym/store"
 )
 
@@ -52,16 +54,57 @@ type Report struct {
 	TrainingS float64        `json:"training_s"`
 	LoadingS  float64        `json:"loading_s"`
 	Train     map[string]any `json:"train,omitempty"`
+	// ModelLoadS is the time spent starting the resident worker (loading
+	// the model) during this iteration: at the first iteration and after a
+	// crash, else 0. Part of TrainingS.
+	ModelLoadS float64 `json:"model_load_s"`
+	// WorkerRestarts counts resident workers restarted after a crash.
+	WorkerRestarts int `json:"worker_restarts"`
+	// GPUIdle is the share of the iteration's wall time the trainer spent
+	// outside the training step proper (sampling, waiting, loading, model
+	// loads): 1 − (training − model load) / total.
+	GPUIdle float64 `json:"gpu_idle"`
+	// Overlapped: this iteration's batch was sampled while the previous
+	// iteration trained (config overlap), one version behind.
+	Overlapped bool `json:"overlapped"`
+	// Eval is the held-out evaluation run after this iteration (config
+	// eval.every), nil when none ran.
+	Eval *EvalResult `json:"eval,omitempty"`
+	// EvalS is the time the evaluation took (not part of the split above).
+	EvalS float64 `json:"eval_s,omitempty"`
+	// Recipe is the sampling and reward recipe of the iteration; the
+	// step's own (lr, β, KL, steps) is Train["recipe"].
+	Recipe Recipe `json:"recipe"`
+}
+
+// EvalResult is a held-out evaluation of one adapter.
+type EvalResult struct {
+	RunID       string  `json:"run_id"`
+	Model       string  `json:"model"`
+	Episodes    int     `json:"episodes"`
+	Scored      int     `json:"scored"`
+	SuccessRate float64 `json:"success_rate"`
+}
+
+// Recipe records the settings an iteration ran with.
+type Recipe struct {
+	Temperature  float64 `json:"temperature"`
+	Samples      int     `json:"samples"`
+	FormatWeight float64 `json:"format_weight"`
+	AdvScale     string  `json:"adv_scale"`
+	AdvEps       float64 `json:"adv_eps"`
 }
 
 // Loop runs the online iterations.
 type Loop struct {
-	cfg   Config
-	conn  *bus.Conn
-	st    *store.Store
-	log   *slog.Logger
-	out   io.Writer
-	httpc *http.Client
+	sup          *worker.Supervisor
+	presubmitted string // the run submitted ahead (overlap)
+	cfg          Config
+	conn         *bus.Conn
+	st           *store.Store
+	log          *slog.Logger
+	out          io.Writer
+	httpc        *http.Client
 }
 
 // New returns a loop over conn and the store; per-iteration lines go to out.
@@ -116,6 +159,14 @@ func (l *Loop) Run(ctx context.Context) ([]Report, error) {
 			}
 		}
 	}
+	if len(l.cfg.Train.Resident) > 0 {
+		l.sup = &worker.Supervisor{Command: l.cfg.Train.Resident, Dir: l.cfg.Train.Dir, Init: s.AdapterPath, Log: l.log}
+		defer func() {
+			if err := l.sup.Close(); err != nil {
+				l.log.Warn("trainer worker shutdown", "err", err)
+			}
+		}()
+	}
 	var reports []Report
 	for s.Iteration < l.cfg.Iterations {
 		rep, next, err := l.iterate(ctx, s)
@@ -130,6 +181,12 @@ func (l *Loop) Run(ctx context.Context) ([]Report, error) {
 		fmt.Fprintf(l.out, "iter %d v%d→v%d %s: reward %.3f success %.1f%% (%d episodes; batch %d samples in %d groups, %d stale dropped, %d re-weighted) | sampling %.1fs waiting %.1fs training %.1fs loading %.1fs\n",
 			rep.Iteration, rep.FromVersion, rep.ToVersion, rep.RunID, rep.MeanReward, 100*rep.SuccessRate, rep.Episodes,
 			rep.Samples, rep.Groups, rep.StaleDropped, rep.Reweighted, rep.SamplingS, rep.WaitingS, rep.TrainingS, rep.LoadingS)
+		fmt.Fprintf(l.out, "  model load %.1fs, GPU idle %.0f%%%s\n", rep.ModelLoadS, 100*rep.GPUIdle,
+			map[bool]string{true: ", sampled while the previous iteration trained", false: ""}[rep.Overlapped])
+		if rep.Eval != nil {
+			fmt.Fprintf(l.out, "  held-out eval %s (%s): success %.1f%% of %d (%.1fs)\n", rep.Eval.RunID, rep.Eval.Model,
+				100*rep.Eval.SuccessRate, rep.Eval.Scored, rep.EvalS)
+		}
 		if err := WriteProgress(l.cfg.WorkDir); err != nil { // a chart is not worth stopping the training for
 			l.log.Warn("progress report", "err", err)
 		}
@@ -149,20 +206,20 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 	if s.Adapter != "" {
 		model = s.Adapter
 	}
-	rep := Report{Iteration: it, RunID: runID, FromVersion: v, ToVersion: v + 1, Adapter: l.AdapterName(v + 1)}
+	rep := Report{Iteration: it, RunID: runID, FromVersion: v, ToVersion: v + 1, Adapter: l.AdapterName(v + 1),
+		Recipe: Recipe{Temperature: *c.Temperature, Samples: c.Samples, FormatWeight: *c.GRPO.FormatWeight,
+			AdvScale: c.GRPO.Scale, AdvEps: c.GRPO.Eps}}
 
-	// 1. Sample: submit the batch and follow its scores as they stream in.
+	// 1. Sample: submit the batch (unless it was submitted ahead, while the
+	// previous iteration trained) and follow its scores as they stream in.
 	t0 := time.Now()
-	spec := schemas.RunSpec{RunID: runID, Datasets: c.Datasets, Split: c.Split, TaskIDs: l.taskIDs(it), Limit: c.Limit,
-		SampleSeed: c.SampleSeed, Samples: c.Samples, Options: *c.Episode, MaxInFlight: c.MaxInFlight,
-		Policy: schemas.PolicySpec{Name: schemas.PolicyOpenAI, Model: model, BaseURL: c.Serving.BaseURL,
-			APIKeyEnv: c.Serving.APIKeyEnv, Temperature: c.Temperature, Seed: c.Seed, MaxTokens: c.Serving.MaxTokens,
-			Logprobs: c.Serving.Logprobs, Version: v},
-		SubmittedAt: time.Now().UTC()}
-	if err := l.conn.Publish(ctx, schemas.RunSubmitted.For(runID), schemas.MsgID("run", runID), spec); err != nil {
+	spec := l.spec(it, model, v)
+	if l.presubmitted == runID {
+		rep.Overlapped = true
+	} else if err := l.conn.Publish(ctx, schemas.RunSubmitted.For(runID), schemas.MsgID("run", runID), spec); err != nil {
 		return rep, s, err
 	}
-	scores, err := l.waitScores(ctx, runID, len(spec.TaskIDs)*c.Samples)
+	scores, err := l.waitScores(ctx, runID)
 	if err != nil {
 		return rep, s, err
 	}
@@ -194,16 +251,28 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 	kept, weights := l.staleness(rows, v, &rep)
 	eps := make([]*train.Episode, len(kept))
 	for i := range kept {
-		eps[i] = train.NewEpisode(&kept[i], train.RoleTool)
+		eps[i] = train.NewEpisode(&kept[i], train.ObsSampled)
 	}
 	recs, gst := train.GRPO(eps, train.GRPOOptions{Eps: c.GRPO.Eps, Scale: c.GRPO.Scale, DropZeroVariance: c.GRPO.DropZeroVariance,
-		Weight: func(r *parquet.Row) float64 { return weights[r.RunID+"/"+r.EpisodeID] }})
+		FormatWeight: *c.GRPO.FormatWeight,
+		Weight:       func(r *parquet.Row) float64 { return weights[r.RunID+"/"+r.EpisodeID] }})
 	rep.BatchRows, rep.Groups, rep.Samples = len(kept), gst.Groups, gst.Samples
 	batch := filepath.Join(dir, "batch.jsonl")
 	if _, err := train.WriteJSONL(batch, recs); err != nil {
 		return rep, s, err
 	}
 	rep.WaitingS = time.Since(t1).Seconds()
+
+	// Overlap: the next iteration's batch is sampled from the current
+	// policy while this one trains; its rows are one version behind when
+	// they are trained on, which the staleness bound (max_lag ≥ 1) admits.
+	if c.Overlap && it+1 < c.Iterations {
+		next := l.spec(it+1, model, v)
+		if err := l.conn.Publish(ctx, schemas.RunSubmitted.For(next.RunID), schemas.MsgID("run", next.RunID), next); err != nil {
+			return rep, s, err
+		}
+		l.presubmitted = next.RunID
+	}
 
 	// 3. Train.
 	t2 := time.Now()
@@ -212,11 +281,25 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 		return rep, s, fmt.Errorf("adapter path: %w", err)
 	}
 	metrics := filepath.Join(dir, "metrics.json")
-	if err := l.trainStep(ctx, batch, adapterPath, s.AdapterPath, metrics, v+1); err != nil {
-		return rep, s, err
-	}
-	if b, err := os.ReadFile(metrics); err == nil {
-		_ = json.Unmarshal(b, &rep.Train)
+	if l.sup != nil {
+		load0, restarts0 := l.sup.LoadS, l.sup.Restarts
+		res, err := l.sup.Train(ctx, worker.TrainRequest{Mode: "grpo", Data: batch, Out: adapterPath,
+			Recipe: c.Train.Recipe, Evaluate: true})
+		rep.ModelLoadS, rep.WorkerRestarts = l.sup.LoadS-load0, l.sup.Restarts-restarts0
+		if err != nil {
+			return rep, s, err
+		}
+		rep.Train = res.Metrics
+		if err := writeJSON(metrics, res.Metrics); err != nil {
+			return rep, s, err
+		}
+	} else {
+		if err := l.trainStep(ctx, batch, adapterPath, s.AdapterPath, metrics, v+1); err != nil {
+			return rep, s, err
+		}
+		if b, err := os.ReadFile(metrics); err == nil {
+			_ = json.Unmarshal(b, &rep.Train)
+		}
 	}
 	rep.TrainingS = time.Since(t2).Seconds()
 
@@ -231,11 +314,68 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 		return rep, s, err
 	}
 	rep.LoadingS = time.Since(t3).Seconds()
+	if total := rep.SamplingS + rep.WaitingS + rep.TrainingS + rep.LoadingS; total > 0 {
+		rep.GPUIdle = 1 - (rep.TrainingS-rep.ModelLoadS)/total
+	}
+	if e := c.Eval; e != nil && (it+1)%e.Every == 0 {
+		t4 := time.Now()
+		ev, err := l.evaluate(ctx, it, rep.Adapter, v+1)
+		if err != nil {
+			return rep, s, err
+		}
+		rep.Eval, rep.EvalS = &ev, time.Since(t4).Seconds()
+	}
 	if err := writeJSON(filepath.Join(dir, "report.json"), rep); err != nil {
 		return rep, s, err
 	}
 	l.log.Info("iteration done", "iteration", it, "version", v+1, "reward", rep.MeanReward, "success", rep.SuccessRate)
 	return rep, State{Iteration: it + 1, Version: v + 1, Adapter: rep.Adapter, AdapterPath: adapterPath, UpdatedAt: time.Now().UTC()}, nil
+}
+
+// evaluate runs the held-out evaluation of model (version v) after
+// iteration it and returns its success rate (infra failures excluded). The
+// run id is deterministic, so a resumed iteration evaluates once.
+func (l *Loop) evaluate(ctx context.Context, it int, model string, v int) (EvalResult, error) {
+	c, e := l.cfg, l.cfg.Eval
+	runID := fmt.Sprintf("%s-ev%04d", c.RunPrefix, it)
+	spec := schemas.RunSpec{RunID: runID, Datasets: e.Datasets, Split: e.Split, TaskIDs: e.TaskIDs, Limit: e.Limit,
+		Samples: e.Samples, Options: *c.Episode, MaxInFlight: c.MaxInFlight,
+		Policy: schemas.PolicySpec{Name: schemas.PolicyOpenAI, Model: model, BaseURL: c.Serving.BaseURL,
+			APIKeyEnv: c.Serving.APIKeyEnv, Temperature: e.Temperature, Seed: c.Seed, MaxTokens: c.Serving.MaxTokens, Version: v},
+		SubmittedAt: time.Now().UTC()}
+	if err := l.conn.Publish(ctx, schemas.RunSubmitted.For(runID), schemas.MsgID("run", runID), spec); err != nil {
+		return EvalResult{}, err
+	}
+	scores, err := l.waitScores(ctx, runID)
+	if err != nil {
+		return EvalResult{}, fmt.Errorf("evaluation: %w", err)
+	}
+	r := EvalResult{RunID: runID, Model: model, Episodes: len(scores)}
+	ok := 0
+	for _, sc := range scores {
+		if train.Infra(string(sc.Outcome)) {
+			continue
+		}
+		r.Scored++
+		if sc.Outcome == schemas.OutcomeCorrect {
+			ok++
+		}
+	}
+	if r.Scored > 0 {
+		r.SuccessRate = float64(ok) / float64(r.Scored)
+	}
+	return r, nil
+}
+
+// spec is the run of iteration it, sampled from model at version v.
+func (l *Loop) spec(it int, model string, v int) schemas.RunSpec {
+	c := l.cfg
+	return schemas.RunSpec{RunID: l.RunID(it), Datasets: c.Datasets, Split: c.Split, TaskIDs: l.taskIDs(it), Limit: c.Limit,
+		SampleSeed: c.SampleSeed, Samples: c.Samples, Options: *c.Episode, MaxInFlight: c.MaxInFlight,
+		Policy: schemas.PolicySpec{Name: schemas.PolicyOpenAI, Model: model, BaseURL: c.Serving.BaseURL,
+			APIKeyEnv: c.Serving.APIKeyEnv, Temperature: c.Temperature, Seed: c.Seed, MaxTokens: c.Serving.MaxTokens,
+			Logprobs: c.Serving.Logprobs, Version: v},
+		SubmittedAt: time.Now().UTC()}
 }
 
 // taskIDs returns iteration it's tasks: all of TaskIDs, or its window of
@@ -252,10 +392,13 @@ func (l *Loop) taskIDs(it int) []string {
 	return out
 }
 
-// waitScores consumes the run's scores from JetStream until every episode
-// has one. total is known when the config names the tasks (else 0: it
-// comes from the dispatcher's run status).
-func (l *Loop) waitScores(ctx context.Context, runID string, total int) (map[string]schemas.Score, error) {
+// waitScores consumes the run's scores from JetStream until the
+// dispatcher's run status says the run is finished (as `medgym run`
+// does), then reads the scores that finished it. Only scores of episodes
+// the run's spec plans are returned, the first of each: a forged score
+// with an unplanned id, from any client allowed to publish scores, neither
+// ends the wait nor enters the batch.
+func (l *Loop) waitScores(ctx context.Context, runID string) (map[string]schemas.Score, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(l.cfg.WaitTimeout))
 	defer cancel()
 	cons, err := l.conn.JS.OrderedConsumer(ctx, schemas.StreamScores, jetstream.OrderedConsumerConfig{
@@ -267,14 +410,25 @@ func (l *Loop) waitScores(ctx context.Context, runID string, total int) (map[str
 	if err != nil {
 		return nil, fmt.Errorf("runs bucket: %w", err)
 	}
-	scores := map[string]schemas.Score{}
-	for total == 0 || len(scores) < total {
+	read := map[string]schemas.Score{}
+	var rs schemas.RunStatus
+	for {
 		msg, err := cons.Next(jetstream.FetchMaxWait(time.Second))
 		switch {
 		case ctx.Err() != nil:
-			return nil, fmt.Errorf("run %s: %d/%d scores: %w", runID, len(scores), total, ctx.Err())
+			return nil, fmt.Errorf("run %s: %d/%d scores: %w", runID, rs.Done, rs.Total, ctx.Err())
 		case errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
-			// no score within the wait: look again
+			// Nothing more to read for now. A status read as finished
+			// before this wait means every score that finished the run
+			// was already read.
+			if rs.Finished {
+				return plannedScores(rs.Spec, read, l.log), nil
+			}
+			if e, err := kv.Get(ctx, runID); err == nil {
+				if json.Unmarshal(e.Value(), &rs) == nil && rs.Error != "" {
+					return nil, fmt.Errorf("run %s rejected by the dispatcher: %s", runID, rs.Error)
+				}
+			}
 		case err != nil:
 			// NATS is down or restarting: the ordered consumer resumes
 			// after the last score it delivered, so wait and look again
@@ -290,21 +444,32 @@ func (l *Loop) waitScores(ctx context.Context, runID string, total int) (map[str
 				l.log.Warn("undecodable score", "run", runID, "err", err)
 				continue
 			}
-			scores[sc.EpisodeID] = sc
-		}
-		if len(l.cfg.TaskIDs) == 0 {
-			if e, err := kv.Get(ctx, runID); err == nil {
-				var rs schemas.RunStatus
-				if json.Unmarshal(e.Value(), &rs) == nil {
-					if rs.Error != "" {
-						return nil, fmt.Errorf("run %s rejected by the dispatcher: %s", runID, rs.Error)
-					}
-					total = rs.Total
-				}
+			if _, dup := read[sc.EpisodeID]; !dup {
+				read[sc.EpisodeID] = sc
 			}
 		}
 	}
-	return scores, nil
+}
+
+// plannedScores keeps the scores of episodes spec plans.
+func plannedScores(spec schemas.RunSpec, read map[string]schemas.Score, log *slog.Logger) map[string]schemas.Score {
+	out := make(map[string]schemas.Score, len(read))
+	var ignored int
+	var first error
+	for id, sc := range read {
+		claim := schemas.EpisodeClaim{RunID: sc.RunID, EpisodeID: sc.EpisodeID, TaskID: sc.TaskID, Dataset: sc.Dataset,
+			Category: sc.Category, Sample: sc.SampleIndex}
+		if err := spec.Admits(claim); err != nil {
+			ignored++
+			first = cmp.Or(first, err)
+			continue
+		}
+		out[id] = sc
+	}
+	if ignored > 0 {
+		log.Warn("scores of unplanned episodes ignored", "run", spec.RunID, "count", ignored, "first", first)
+	}
+	return out
 }
 
 // readRows reads the current run (which must hold every scored episode)

@@ -43,16 +43,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func requireTorch(t *testing.T) {
-	t.Helper()
-	if exec.Command("/usr/bin/python3", "-c", "import torch").Run() != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("/usr/bin/python3 lacks torch (apt-get install python3-torch; scripts/setup.sh does)")
-		}
-		t.Skip("/usr/bin/python3 lacks torch")
-	}
-}
-
 // TestOnlineLoopResumesAfterKill runs three GRPO iterations against the
 // fake model server with the real CPU training step. The trainer is a
 // subprocess, SIGKILLed by its own training command in the third
@@ -62,7 +52,7 @@ func TestOnlineLoopResumesAfterKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
-	requireTorch(t)
+	py := testenv.Python(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	env := testenv.Start(t, 9)
@@ -73,7 +63,7 @@ func TestOnlineLoopResumesAfterKill(t *testing.T) {
 	}
 	mark := filepath.Join(work, "killed")
 	step := fmt.Sprintf(`if [ "{version}" = 3 ] && [ ! -e %[1]s ]; then touch %[1]s; kill -9 $PPID; sleep 10; fi; `+
-		`exec /usr/bin/python3 %[2]s --mode grpo --data {batch} --out {out} --init={init} --metrics {metrics} --steps 3`, mark, script)
+		`exec %[3]s %[2]s --mode grpo --data {batch} --out {out} --init={init} --metrics {metrics} --steps 3`, mark, script, py)
 	cfg := map[string]any{
 		"nats": env.NATSURL, "store": env.Store, "work_dir": work, "run_prefix": "rl", "iterations": 3,
 		"datasets": []string{"medcalcbench"}, "split": "test", "task_ids": env.TaskIDs(), "tasks_per_iteration": 3,

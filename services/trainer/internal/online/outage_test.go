@@ -16,7 +16,7 @@ import (
 // TestWaitScoresRidesOutNATSOutage: the server following a batch's scores
 // goes away for longer than the follow's own timeouts (1 s fetches, 5 s
 // requests) and comes back on the same store; waitScores collects the
-// scores published before and after.
+// scores published before and after, and ends when the run is finished.
 func TestWaitScoresRidesOutNATSOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("keeps the server down for 8 s")
@@ -44,13 +44,8 @@ func TestWaitScoresRidesOutNATSOutage(t *testing.T) {
 	if err := bus.EnsureStreams(ctx, conn.JS, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	score := func(i int) {
-		t.Helper()
-		sc := schemas.Score{RunID: "rl-it0000", EpisodeID: "rl-it0000--t-k" + string(rune('0'+i)), Outcome: schemas.OutcomeCorrect, Reward: 1}
-		if err := conn.Publish(ctx, schemas.EpisodeScored.For(sc.RunID), sc.EpisodeID, sc); err != nil {
-			t.Fatal(err)
-		}
-	}
+	spec := schemas.RunSpec{RunID: "rl-it0000", Datasets: []string{"medcalcbench"}, TaskIDs: []string{"t"}, Samples: 4}
+	score := func(k int) { publishScore(t, ctx, conn, spec.RunID, "t", k) }
 	score(0)
 	score(1)
 	l := New(Config{WaitTimeout: Duration(time.Minute)}, conn, nil, io.Discard, log)
@@ -60,7 +55,7 @@ func TestWaitScoresRidesOutNATSOutage(t *testing.T) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		s, err := l.waitScores(ctx, "rl-it0000", 4)
+		s, err := l.waitScores(ctx, "rl-it0000")
 		got <- result{len(s), err}
 	}()
 	time.Sleep(500 * time.Millisecond) // the follow has read the first two
@@ -76,6 +71,7 @@ func TestWaitScoresRidesOutNATSOutage(t *testing.T) {
 	}
 	score(2)
 	score(3)
+	putStatus(t, ctx, conn, schemas.RunStatus{Spec: spec, Total: 4, Published: 4, Done: 4, Finished: true})
 	r := <-got
 	if r.err != nil || r.n != 4 {
 		t.Fatalf("waitScores: %d scores, %v; want 4", r.n, r.err)

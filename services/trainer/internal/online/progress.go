@@ -63,13 +63,14 @@ func ProgressTable(reps []Report) []byte {
 	var b bytes.Buffer
 	b.WriteString("# Online GRPO progress\n\n")
 	fmt.Fprintf(&b, "%d iterations.\n\n![reward, success rate and time split per iteration](%s)\n\n", len(reps), ProgressSVG)
-	b.WriteString("| iteration | version | run | episodes | mean reward | success rate | samples used | groups | stale dropped | re-weighted | sampling s | waiting s | training s | loading s | total s |\n")
-	b.WriteString("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| iteration | version | run | episodes | mean reward | success rate | samples used | groups | stale dropped | re-weighted | sampling s | waiting s | training s | loading s | total s | model load s | GPU idle | overlapped | held-out success |\n")
+	b.WriteString("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n")
 	for _, r := range reps {
-		fmt.Fprintf(&b, "| %d | v%d→v%d | %s | %d | %.3f | %.1f%% | %d | %d | %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f |\n",
+		fmt.Fprintf(&b, "| %d | v%d→v%d | %s | %d | %.3f | %.1f%% | %d | %d | %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f%% | %s | %s |\n",
 			r.Iteration, r.FromVersion, r.ToVersion, strings.ReplaceAll(r.RunID, "|", `\|`), r.Episodes,
 			r.MeanReward, 100*r.SuccessRate, r.Samples, r.Groups, r.StaleDropped, r.Reweighted,
-			r.SamplingS, r.WaitingS, r.TrainingS, r.LoadingS, r.SamplingS+r.WaitingS+r.TrainingS+r.LoadingS)
+			r.SamplingS, r.WaitingS, r.TrainingS, r.LoadingS, r.SamplingS+r.WaitingS+r.TrainingS+r.LoadingS,
+			r.ModelLoadS, 100*r.GPUIdle, map[bool]string{true: "yes", false: "no"}[r.Overlapped], evalCell(r.Eval))
 	}
 	return b.Bytes()
 }
@@ -256,4 +257,11 @@ func writeFileAtomic(path string, b []byte) error {
 		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
 	}
 	return nil
+}
+
+func evalCell(e *EvalResult) string {
+	if e == nil {
+		return ""
+	}
+	return fmt.Sprintf("%.1f%% of %d", 100*e.SuccessRate, e.Scored)
 }

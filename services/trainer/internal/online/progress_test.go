@@ -87,9 +87,10 @@ func TestWriteProgress(t *testing.T) {
 	work := t.TempDir()
 	reps := []online.Report{
 		{Iteration: 0, RunID: "rl-it0000", FromVersion: 0, ToVersion: 1, Episodes: 12, MeanReward: 0.25, SuccessRate: 0.25,
-			Samples: 12, Groups: 3, SamplingS: 4.25, WaitingS: 0.5, TrainingS: 12, LoadingS: 0.25},
+			Samples: 12, Groups: 3, SamplingS: 4.25, WaitingS: 0.5, TrainingS: 12, LoadingS: 0.25, ModelLoadS: 8, GPUIdle: 0.75},
 		{Iteration: 1, RunID: "rl-it0001", FromVersion: 1, ToVersion: 2, Episodes: 12, MeanReward: -0.5, SuccessRate: 0.5,
-			Samples: 24, Groups: 6, SamplingS: 3, WaitingS: 1, TrainingS: 20, LoadingS: 1},
+			Samples: 24, Groups: 6, SamplingS: 3, WaitingS: 1, TrainingS: 20, LoadingS: 1, GPUIdle: 0.2, Overlapped: true,
+			Eval: &online.EvalResult{RunID: "rl-ev0001", Scored: 8, SuccessRate: 0.375}},
 		{Iteration: 2, RunID: "rl-it0002", FromVersion: 2, ToVersion: 3, Episodes: 12, MeanReward: 1.5, SuccessRate: 0.75,
 			Samples: 24, Groups: 6, StaleDropped: 12, Reweighted: 2, SamplingS: 2.5, WaitingS: 0.75, TrainingS: 30.5, LoadingS: 0.5},
 	}
@@ -130,10 +131,11 @@ func TestWriteProgress(t *testing.T) {
 		}
 	}
 	want := [][]string{
-		// iteration, version, run, episodes, reward, success, samples, groups, stale, re-weighted, sampling, waiting, training, loading, total
-		{"0", "v0→v1", "rl-it0000", "12", "0.250", "25.0%", "12", "3", "0", "0", "4.2", "0.5", "12.0", "0.2", "17.0"},
-		{"1", "v1→v2", "rl-it0001", "12", "-0.500", "50.0%", "24", "6", "0", "0", "3.0", "1.0", "20.0", "1.0", "25.0"},
-		{"2", "v2→v3", "rl-it0002", "12", "1.500", "75.0%", "24", "6", "12", "2", "2.5", "0.8", "30.5", "0.5", "34.2"},
+		// iteration, version, run, episodes, reward, success, samples, groups, stale, re-weighted, sampling, waiting, training, loading, total,
+		// model load, GPU idle, overlapped, held-out success
+		{"0", "v0→v1", "rl-it0000", "12", "0.250", "25.0%", "12", "3", "0", "0", "4.2", "0.5", "12.0", "0.2", "17.0", "8.0", "75%", "no", ""},
+		{"1", "v1→v2", "rl-it0001", "12", "-0.500", "50.0%", "24", "6", "0", "0", "3.0", "1.0", "20.0", "1.0", "25.0", "0.0", "20%", "yes", "37.5% of 8"},
+		{"2", "v2→v3", "rl-it0002", "12", "1.500", "75.0%", "24", "6", "12", "2", "2.5", "0.8", "30.5", "0.5", "34.2", "0.0", "0%", "no", ""},
 	}
 	if len(rows) != len(want) {
 		t.Fatalf("%d table rows, want %d:\n%s", len(rows), len(want), md)

@@ -1,13 +1,17 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,6 +42,39 @@ type Env struct {
 	Tasks    []tasks.Task    // the MedCalc tasks the fake model knows
 	Model    *fakellm.Server // the fake model, alternate policy
 	ModelURL string          // base URL, ending in /v1
+
+	mu   sync.Mutex
+	sent [][]schemas.ChatMessage
+}
+
+// Sent returns the message lists of every chat request the fake model
+// received, in arrival order: exactly what the llm-worker sent the model.
+func (e *Env) Sent() [][]schemas.ChatMessage {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.sent)
+}
+
+// capture records the messages of each chat completion request before
+// the fake model serves it.
+func (e *Env) capture(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/chat/completions") {
+			body, err := io.ReadAll(r.Body)
+			if err == nil {
+				var req struct {
+					Messages []schemas.ChatMessage `json:"messages"`
+				}
+				if json.Unmarshal(body, &req) == nil {
+					e.mu.Lock()
+					e.sent = append(e.sent, req.Messages)
+					e.mu.Unlock()
+				}
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // DataRoot finds ../shared/data beside the repository (or $MEDGYM_DATA).
@@ -99,9 +136,10 @@ func Start(t testing.TB, nTasks int) *Env {
 		t.Fatal(err)
 	}
 	model := fakellm.New(fakellm.Config{Policy: fakellm.PolicyAlternate, Model: BaseModel, References: fakellm.References(ts)})
-	srv := httptest.NewServer(model)
 	e := &Env{NATSURL: ns.ClientURL(), Conn: conn, Store: filepath.Join(t.TempDir(), "store"), DataRoot: data,
-		Library: library, Tasks: ts, Model: model, ModelURL: srv.URL + "/v1"}
+		Library: library, Tasks: ts, Model: model}
+	srv := httptest.NewServer(e.capture(model))
+	e.ModelURL = srv.URL + "/v1"
 	var wg sync.WaitGroup
 	run := func(name string, f func() error) {
 		wg.Go(func() {

@@ -21,7 +21,7 @@ func TestSFTKeepsCorrectAbstentions(t *testing.T) {
 		NewEpisode(row("c", "incorrect", -5), ""),
 		NewEpisode(row("d", "correct", 1), ""),
 	}
-	recs := SFT(eps)
+	recs, _ := SFT(eps, FormatMask)
 	if len(recs) != 2 || recs[0].EpisodeID != "a" || recs[1].EpisodeID != "d" || recs[0].Reward != 1 {
 		t.Fatalf("SFT records %+v, want episodes a and d", recs)
 	}

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/medgym/medgym/schemas/parquet"
@@ -26,24 +27,60 @@ type SFTRecord struct {
 	NumTurns  int       `json:"num_turns"`
 }
 
-// SFT returns one record per successful episode, in input order.
-func SFT(eps []*Episode) []SFTRecord {
+// Format-error policies of SFT exports: what to do with an assistant turn
+// that failed to parse (the llm-worker answered it with a format error).
+const (
+	// FormatMask keeps the turn as context but gives it no loss (default).
+	FormatMask = "mask"
+	// FormatDrop leaves out episodes that have such a turn.
+	FormatDrop = "drop"
+	// FormatKeep trains on them like any assistant turn.
+	FormatKeep = "keep"
+)
+
+// SFTStats counts what the format-error policy did.
+type SFTStats struct {
+	FormatErrorTurnsMasked  int `json:"format_error_turns_masked"`
+	FormatErrorEpisodesDrop int `json:"format_error_episodes_dropped"`
+}
+
+// SFT returns one record per successful episode, in input order. Turns
+// that failed to parse carry no loss (formatErrors "mask", the default),
+// or drop their episode ("drop"), or are kept ("keep").
+func SFT(eps []*Episode, formatErrors string) ([]SFTRecord, SFTStats) {
 	var out []SFTRecord
+	var st SFTStats
 	for _, e := range eps {
 		if !e.Success() || len(e.Steps) == 0 {
 			continue
 		}
-		out = append(out, sftRecord(e))
+		if rec, ok := sftRecord(e, formatErrors, &st); ok {
+			out = append(out, rec)
+		}
 	}
-	return out
+	return out, st
 }
 
-func sftRecord(e *Episode) SFTRecord {
+func sftRecord(e *Episode, formatErrors string, st *SFTStats) (SFTRecord, bool) {
 	n := e.FinalStep() + 1
-	msgs, mask := e.Conversation(n, false)
+	bad := 0
+	for k := 0; k < n; k++ {
+		if e.FormatError(k) {
+			bad++
+		}
+	}
+	if bad > 0 && formatErrors == FormatDrop {
+		st.FormatErrorEpisodesDrop++
+		return SFTRecord{}, false
+	}
+	mask := formatErrors != FormatKeep
+	if mask {
+		st.FormatErrorTurnsMasked += bad
+	}
+	msgs, lm := e.conversation(n, false, mask)
 	r := e.Row
-	return SFTRecord{Messages: msgs, LossMask: mask, RunID: r.RunID, EpisodeID: r.EpisodeID, TaskID: r.TaskID,
-		Dataset: r.Dataset, Split: r.Split, Reward: r.Reward, NumTurns: n}
+	return SFTRecord{Messages: msgs, LossMask: lm, RunID: r.RunID, EpisodeID: r.EpisodeID, TaskID: r.TaskID,
+		Dataset: r.Dataset, Split: r.Split, Reward: r.Reward, NumTurns: n}, true
 }
 
 // byTask groups episodes by TaskKey, keeping the order of first appearance.
@@ -74,8 +111,10 @@ func better(a, b *Episode) int {
 
 // RejectionSample keeps the best of the K samples of each task (success
 // first, then fewer turns, then fewer tokens) and returns it as an SFT
-// record; tasks whose best sample failed yield nothing (rejected).
-func RejectionSample(eps []*Episode) (kept []SFTRecord, rejectedTasks int) {
+// record (format errors handled as in SFT); tasks whose best sample failed
+// yield nothing (rejected).
+func RejectionSample(eps []*Episode, formatErrors string) (kept []SFTRecord, rejectedTasks int) {
+	var st SFTStats
 	keys, groups := byTask(eps)
 	for _, k := range keys {
 		g := slices.Clone(groups[k])
@@ -84,7 +123,9 @@ func RejectionSample(eps []*Episode) (kept []SFTRecord, rejectedTasks int) {
 			rejectedTasks++
 			continue
 		}
-		kept = append(kept, sftRecord(g[0]))
+		if rec, ok := sftRecord(g[0], formatErrors, &st); ok {
+			kept = append(kept, rec)
+		}
 	}
 	return kept, rejectedTasks
 }
@@ -96,9 +137,11 @@ const (
 )
 
 // DPORecord is a preference pair in TRL's explicit-prompt layout. Prompt
-// ends with a user or tool message; Chosen and Rejected are the assistant
-// continuations (one message for upstream pairs, the rest of the
-// trajectory for cross-episode pairs).
+// ends with a user or tool message; Chosen and Rejected are single
+// assistant messages. TRL's DPOTrainer puts loss on every token after the
+// prompt, so a side never holds an observation: cross-episode pairs are cut
+// at the first assistant turn where the two episodes differ, with the
+// shared conversation before it as the prompt.
 type DPORecord struct {
 	Prompt          []Message `json:"prompt"`
 	Chosen          []Message `json:"chosen"`
@@ -123,7 +166,9 @@ type Options struct {
 	NoCrossPairs bool
 	// Seed drives the balancing of verifier data.
 	Seed int64
-	GRPO GRPOOptions
+	// SFTFormatErrors is FormatMask (default), FormatDrop or FormatKeep.
+	SFTFormatErrors string
+	GRPO            GRPOOptions
 }
 
 // DPO builds preference pairs. Upstream recipe: in a successful episode,
@@ -172,6 +217,7 @@ func DPO(eps []*Episode, o Options) []DPORecord {
 		slices.SortStableFunc(wins, better)
 		slices.SortStableFunc(losses, func(a, b *Episode) int { return -better(a, b) }) // worst first
 		n := 0
+		seen := map[string]bool{}
 		for _, w := range wins {
 			for _, l := range losses {
 				if n == maxCross || w.Row.Reward <= l.Row.Reward {
@@ -179,12 +225,36 @@ func DPO(eps []*Episode, o Options) []DPORecord {
 				}
 				cw, _ := w.Conversation(w.FinalStep()+1, false)
 				cl, _ := l.Conversation(len(l.Steps), false)
-				out = append(out, pair(PairCross, w, l, w.Prompt, cw[len(w.Prompt):], cl[len(l.Prompt):]))
+				at, ok := firstDivergentAction(cw, cl)
+				if !ok {
+					continue
+				}
+				key := fmt.Sprint(at, "\x00", cw[at].Content, "\x00", cl[at].Content)
+				if seen[key] { // the same fork of the same shared context
+					continue
+				}
+				seen[key] = true
+				out = append(out, pair(PairCross, w, l, cw[:at], []Message{cw[at]}, []Message{cl[at]}))
 				n++
 			}
 		}
 	}
 	return out
+}
+
+// firstDivergentAction finds the first message where two conversations
+// differ and reports it when both have an assistant message there (the
+// contexts before it are identical). A fork at an observation (the same
+// action, different results) or a conversation that is a prefix of the
+// other gives no pair.
+func firstDivergentAction(a, b []Message) (int, bool) {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] == b[i] {
+			continue
+		}
+		return i, a[i].Role == RoleAssistant && b[i].Role == RoleAssistant
+	}
+	return 0, false
 }
 
 func pair(kind string, w, l *Episode, prompt, chosen, rejected []Message) DPORecord {
@@ -199,12 +269,16 @@ func pair(kind string, w, l *Episode, prompt, chosen, rejected []Message) DPORec
 // turn, the label as the assistant turn (the ORM of upstream §6.2 reads
 // the YES/NO logits of that answer).
 type VerifierRecord struct {
-	Messages  []Message `json:"messages"`
-	Label     string    `json:"label"`
-	Passed    bool      `json:"passed"`
-	EpisodeID string    `json:"episode_id"`
-	TaskID    string    `json:"task_id"`
-	Dataset   string    `json:"dataset"`
+	Messages []Message `json:"messages"`
+	// LossMask trains the label only (the same SFT step trains the
+	// verifier).
+	LossMask  []int8 `json:"loss_mask"`
+	RunID     string `json:"run_id"`
+	Label     string `json:"label"`
+	Passed    bool   `json:"passed"`
+	EpisodeID string `json:"episode_id"`
+	TaskID    string `json:"task_id"`
+	Dataset   string `json:"dataset"`
 }
 
 // VerifierQuestion ends the rendered trajectory of a verifier record.
@@ -218,18 +292,7 @@ func Verifier(eps []*Episode, o Options) []VerifierRecord {
 		if len(e.Steps) == 0 {
 			continue
 		}
-		var b strings.Builder
-		msgs, _ := e.Conversation(len(e.Steps), true)
-		for _, m := range msgs {
-			fmt.Fprintf(&b, "[%s]\n%s\n\n", m.Role, m.Content)
-		}
-		b.WriteString(VerifierQuestion)
-		label := "NO"
-		if e.Success() {
-			label = "YES"
-		}
-		rec := VerifierRecord{Messages: []Message{{RoleUser, b.String()}, {RoleAssistant, label}}, Label: label,
-			Passed: e.Success(), EpisodeID: e.Row.EpisodeID, TaskID: e.Row.TaskID, Dataset: e.Row.Dataset}
+		rec := VerifierInput(e)
 		if e.Success() {
 			yes = append(yes, rec)
 		} else {
@@ -248,6 +311,25 @@ func Verifier(eps []*Episode, o Options) []VerifierRecord {
 		return cmp.Compare(seededHash(o.Seed+1, a.EpisodeID), seededHash(o.Seed+1, b.EpisodeID))
 	})
 	return out
+}
+
+// VerifierInput renders an episode for the trajectory verifier: the whole
+// trajectory and VerifierQuestion as one user turn, then the label
+// (YES: solved) as the assistant turn. Scoring reads the user turn only.
+func VerifierInput(e *Episode) VerifierRecord {
+	var b strings.Builder
+	msgs, _ := e.Conversation(len(e.Steps), true)
+	for _, m := range msgs {
+		fmt.Fprintf(&b, "[%s]\n%s\n\n", m.Role, m.Content)
+	}
+	b.WriteString(VerifierQuestion)
+	label := "NO"
+	if e.Success() {
+		label = "YES"
+	}
+	return VerifierRecord{Messages: []Message{{RoleUser, b.String()}, {RoleAssistant, label}}, LossMask: []int8{0, 1},
+		RunID: e.Row.RunID, Label: label, Passed: e.Success(), EpisodeID: e.Row.EpisodeID, TaskID: e.Row.TaskID,
+		Dataset: e.Row.Dataset}
 }
 
 func seededHash(seed int64, s string) uint64 {
@@ -269,14 +351,20 @@ type GRPOOptions struct {
 	// Weight gives a sample's loss weight (nil: 1); the online loop uses
 	// it to down-weight stale samples.
 	Weight func(*parquet.Row) float64
+	// FormatWeight adds FormatWeight × FormatScore to the verifier's reward
+	// (correctness + format reward, upstream §6.2); 0 leaves the reward as
+	// stored.
+	FormatWeight float64
 }
 
-// GRPORecord is one sample of a GRPO group (task × policy version).
+// GRPORecord is one sample of a GRPO group (GroupID).
 // Completion holds the assistant turns and the observations between them;
 // CompletionMask marks the assistant turns (1), which alone carry loss.
 // CompletionTokenIDs and CompletionLogprobs are the sampler's per-turn
 // token ids and logprobs where the endpoint recorded them (empty lists
-// otherwise), in the order of the assistant messages.
+// otherwise), in the order of the assistant messages; they are left empty
+// when the rendering differs from what the model was sent (SameContext
+// false), so they are never taken for π_old of another context.
 type GRPORecord struct {
 	GroupID            string      `json:"group_id"`
 	TaskID             string      `json:"task_id"`
@@ -295,6 +383,10 @@ type GRPORecord struct {
 	CompletionMask     []int8      `json:"completion_mask"`
 	CompletionTokenIDs [][]int32   `json:"completion_token_ids"`
 	CompletionLogprobs [][]float32 `json:"completion_logprobs"`
+	// SameContext: the messages are exactly those the model was sent.
+	SameContext bool `json:"same_context"`
+	// CorrectReward is the verifier's reward; Reward adds the format part.
+	CorrectReward float64 `json:"correct_reward"`
 }
 
 // GRPOStats counts what GRPO did.
@@ -305,9 +397,35 @@ type GRPOStats struct {
 	DroppedZeroVariance int `json:"dropped_zero_variance_groups"`
 }
 
-// GroupID names a GRPO group: the task and the policy version it was
-// sampled under.
-func GroupID(r *parquet.Row) string { return fmt.Sprintf("%s@v%d", TaskKey(r), r.PolicyVersion) }
+// GroupID names a GRPO group: everything the samples of one group share.
+// The run (one sampling batch: its turn limits and options), the model (or
+// adapter) and policy version that sampled it, the temperature and the task
+// (dataset/split/id). Two runs over one task never share a group, whatever
+// else they have in common.
+func GroupID(r *parquet.Row) string {
+	temp := "default"
+	if r.Temperature != nil {
+		temp = strconv.FormatFloat(*r.Temperature, 'g', -1, 64)
+	}
+	return fmt.Sprintf("%s|%s|v%d|T=%s|%s", r.RunID, r.Model, r.PolicyVersion, temp, TaskKey(r))
+}
+
+// FormatScore is the format part of the online reward: the share of the
+// episode's policy turns that parsed as an action (the paper rewards output
+// that holds code blocks; here every action is a JSON object, so a turn
+// that parses is the well-formed one). An episode without turns scores 0.
+func FormatScore(r *parquet.Row) float64 {
+	if len(r.Turns) == 0 {
+		return 0
+	}
+	ok := 0
+	for _, t := range r.Turns {
+		if t.ParseError == "" {
+			ok++
+		}
+	}
+	return float64(ok) / float64(len(r.Turns))
+}
 
 // Advantages returns (r − mean)/(std + eps) with the Bessel-corrected std
 // (TRL, verl), or r − mean when scale is "none". A group of one gets mean
@@ -338,7 +456,7 @@ func Advantages(rewards []float64, eps float64, scale string) []float64 {
 	return out
 }
 
-// GRPO groups episodes by task × policy version and computes advantages.
+// GRPO groups episodes by GroupID and computes advantages.
 func GRPO(eps []*Episode, o GRPOOptions) ([]GRPORecord, GRPOStats) {
 	if o.Eps == 0 {
 		o.Eps = 1e-6
@@ -363,7 +481,7 @@ func GRPO(eps []*Episode, o GRPOOptions) ([]GRPORecord, GRPOStats) {
 		rewards := make([]float64, len(g))
 		zeroVar := true
 		for i, e := range g {
-			rewards[i] = e.Row.Reward
+			rewards[i] = e.Row.Reward + o.FormatWeight*FormatScore(e.Row)
 			zeroVar = zeroVar && rewards[i] == rewards[0]
 		}
 		if zeroVar && len(g) > 1 {
@@ -384,9 +502,13 @@ func GRPO(eps []*Episode, o GRPOOptions) ([]GRPORecord, GRPOStats) {
 			}
 			rec := GRPORecord{GroupID: k, TaskID: r.TaskID, Dataset: r.Dataset, Split: r.Split,
 				PolicyVersion: r.PolicyVersion, SampleIndex: r.SampleIndex, RunID: r.RunID, EpisodeID: r.EpisodeID,
-				Outcome: r.Outcome, Reward: r.Reward, Advantage: adv[i], Weight: w,
-				Prompt: slices.Clone(msgs[:len(e.Prompt)]), Completion: msgs[len(e.Prompt):], CompletionMask: mask[len(e.Prompt):]}
+				Outcome: r.Outcome, Reward: rewards[i], CorrectReward: r.Reward, Advantage: adv[i], Weight: w,
+				Prompt: slices.Clone(msgs[:len(e.Prompt)]), Completion: msgs[len(e.Prompt):], CompletionMask: mask[len(e.Prompt):],
+				SameContext: e.SameContext, CompletionTokenIDs: [][]int32{}, CompletionLogprobs: [][]float32{}}
 			for _, t := range r.Turns {
+				if !e.SameContext {
+					break
+				}
 				rec.CompletionTokenIDs = append(rec.CompletionTokenIDs, orEmpty(t.CompletionTokenIDs))
 				rec.CompletionLogprobs = append(rec.CompletionLogprobs, orEmpty(t.CompletionLogprobs))
 			}

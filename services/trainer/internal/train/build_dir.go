@@ -103,6 +103,8 @@ type Manifest struct {
 	SourceRuns       []string       `json:"source_runs"`
 	Filters          Filter         `json:"filters"`
 	ObservationRole  string         `json:"observation_role"`
+	SFTFormatErrors  string         `json:"sft_format_errors"`
+	Lengths          LengthStats    `json:"token_lengths"`
 	GRPO             GRPOConfig     `json:"grpo"`
 	Load             LoadStats      `json:"load"`
 	Counts           map[string]int `json:"counts"`
@@ -115,6 +117,7 @@ type GRPOConfig struct {
 	Eps              float64 `json:"eps"`
 	Scale            string  `json:"scale"`
 	DropZeroVariance bool    `json:"drop_zero_variance"`
+	FormatWeight     float64 `json:"format_weight"`
 }
 
 // Result is what Build produced.
@@ -143,7 +146,10 @@ func Build(ctx context.Context, src Source, storeName string, f Filter, o Option
 		return Result{}, err
 	}
 	if o.ObsRole == "" {
-		o.ObsRole = RoleTool
+		o.ObsRole = ObsSampled
+	}
+	if o.SFTFormatErrors == "" {
+		o.SFTFormatErrors = FormatMask
 	}
 	if o.GRPO.Eps == 0 {
 		o.GRPO.Eps = 1e-6
@@ -155,9 +161,17 @@ func Build(ctx context.Context, src Source, storeName string, f Filter, o Option
 	for i := range rows {
 		eps[i] = NewEpisode(&rows[i], o.ObsRole)
 	}
-	res := Result{SFT: SFT(eps), DPO: DPO(eps, o), Verifier: Verifier(eps, o)}
+	res := Result{DPO: DPO(eps, o), Verifier: Verifier(eps, o)}
+	var sst SFTStats
+	res.SFT, sst = SFT(eps, o.SFTFormatErrors)
 	var rejectedTasks int
-	res.Rejected, rejectedTasks = RejectionSample(eps)
+	res.Rejected, rejectedTasks = RejectionSample(eps, o.SFTFormatErrors)
+	renamed := 0
+	for _, e := range eps {
+		if !e.SameContext {
+			renamed++
+		}
+	}
 	var gst GRPOStats
 	res.GRPO, gst = GRPO(eps, o.GRPO)
 
@@ -170,7 +184,9 @@ func Build(ctx context.Context, src Source, storeName string, f Filter, o Option
 	counts := map[string]int{"episodes": len(rows), "sft": len(res.SFT), "rejection_sampled": len(res.Rejected),
 		"rejection_tasks_without_success": rejectedTasks, "verifier": len(res.Verifier),
 		"grpo_samples": gst.Samples, "grpo_groups": gst.Groups, "grpo_zero_variance_groups": gst.ZeroVariance,
-		"grpo_dropped_zero_variance_groups": gst.DroppedZeroVariance}
+		"grpo_dropped_zero_variance_groups": gst.DroppedZeroVariance,
+		"sft_format_error_turns_masked":     sst.FormatErrorTurnsMasked, "sft_format_error_episodes_dropped": sst.FormatErrorEpisodesDrop,
+		"episodes_rendered_unlike_sampled": renamed}
 	for _, p := range res.DPO {
 		counts["dpo_"+p.Kind]++
 		if len(p.Chosen) == 1 && len(p.Rejected) == 1 {
@@ -196,7 +212,7 @@ func Build(ctx context.Context, src Source, storeName string, f Filter, o Option
 	}
 	files = append(files, "dpo/llamafactory.jsonl")
 
-	tags := llamaFactoryTags(o.ObsRole)
+	tags := llamaFactoryTags(exportObsRole(o.ObsRole, eps))
 	info := map[string]any{
 		"medgym_sft": map[string]any{"file_name": "sft/sft.jsonl", "formatting": "sharegpt",
 			"columns": map[string]string{"messages": "messages"}, "tags": tags},
@@ -218,8 +234,8 @@ func Build(ctx context.Context, src Source, storeName string, f Filter, o Option
 	}
 	res.Manifest = Manifest{ManifestVersion: ManifestVersion, SchemaVersion: parquet.SchemaVersion,
 		ContractVersion: schemas.Version, CreatedAt: time.Now().UTC(), Store: storeName, SourceRuns: orEmpty(runs),
-		Filters: f, ObservationRole: o.ObsRole,
-		GRPO: GRPOConfig{Eps: o.GRPO.Eps, Scale: o.GRPO.Scale, DropZeroVariance: o.GRPO.DropZeroVariance},
+		Filters: f, ObservationRole: o.ObsRole, SFTFormatErrors: o.SFTFormatErrors, Lengths: TokenLengths(eps),
+		GRPO: GRPOConfig{Eps: o.GRPO.Eps, Scale: o.GRPO.Scale, DropZeroVariance: o.GRPO.DropZeroVariance, FormatWeight: o.GRPO.FormatWeight},
 		Load: ls, Counts: counts, Files: append(files, "manifest.json", "DATACARD.md"),
 		RowSchemaVersion: sortedKeys(versions)}
 	if err := writeJSON(filepath.Join(out, "manifest.json"), res.Manifest); err != nil {
@@ -296,5 +312,80 @@ func DataCard(eps []*Episode, m Manifest) string {
 		fmt.Fprintf(&b, "| %s | %d |\n", k, m.Counts[k])
 	}
 	b.WriteString("\nTokens are usage totals reported by the endpoint (characters/4 where none was reported).\n")
+	l := m.Lengths
+	fmt.Fprintf(&b, "\n## Conversation length (tokens)\n\nThe whole conversation of each episode as the model last saw it "+
+		"(the last turn's prompt + completion tokens; characters/4 where the endpoint reported none), the length a training "+
+		"step must fit (`train_step.py --max-len`, default %d):\n\n", DefaultMaxLen)
+	fmt.Fprintf(&b, "| episodes | p50 | p90 | p99 | max | fit 2048 | fit 4096 | fit 8192 | fit 16384 |\n|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| %d | %d | %d | %d | %d | %d | %d | %d | %d |\n", l.N, l.P50, l.P90, l.P99, l.Max,
+		l.Fit[2048], l.Fit[4096], l.Fit[8192], l.Fit[16384])
+	fmt.Fprintf(&b, "\nObservations are rendered with role `%s`; %d episode(s) are rendered unlike they were sampled. "+
+		"SFT: %d format-error turn(s) carry no loss, %d episode(s) dropped for format errors (policy `%s`).\n",
+		m.ObservationRole, m.Counts["episodes_rendered_unlike_sampled"], m.Counts["sft_format_error_turns_masked"],
+		m.Counts["sft_format_error_episodes_dropped"], m.SFTFormatErrors)
 	return b.String()
+}
+
+// DefaultMaxLen is train_step.py's default --max-len (keep them equal).
+const DefaultMaxLen = 8192
+
+// LengthStats is the token-length distribution of the conversations.
+type LengthStats struct {
+	N   int `json:"n"`
+	P50 int `json:"p50"`
+	P90 int `json:"p90"`
+	P99 int `json:"p99"`
+	Max int `json:"max"`
+	// Fit counts the conversations of at most that many tokens.
+	Fit map[int]int `json:"fit"`
+}
+
+// ConversationTokens estimates an episode's whole length in tokens: the
+// last turn's prompt plus completion tokens (what the endpoint counted for
+// the longest context it saw), or characters/4 when it reported none.
+func (e *Episode) ConversationTokens() int {
+	if n := len(e.Row.Turns); n > 0 {
+		if t := e.Row.Turns[n-1]; t.PromptTokens > 0 {
+			return int(t.PromptTokens + t.CompletionTokens)
+		}
+	}
+	c := 0
+	for _, m := range e.Row.Messages {
+		c += len(m.Content)
+	}
+	return c / 4
+}
+
+// TokenLengths summarises ConversationTokens over the episodes.
+func TokenLengths(eps []*Episode) LengthStats {
+	st := LengthStats{N: len(eps), Fit: map[int]int{}}
+	if len(eps) == 0 {
+		return st
+	}
+	ls := make([]int, len(eps))
+	for i, e := range eps {
+		ls[i] = e.ConversationTokens()
+	}
+	slices.Sort(ls)
+	q := func(p float64) int { return ls[min(len(ls)-1, int(p*float64(len(ls))))] }
+	st.P50, st.P90, st.P99, st.Max = q(0.5), q(0.9), q(0.99), ls[len(ls)-1]
+	for _, lim := range []int{2048, 4096, 8192, 16384} {
+		st.Fit[lim] = sort.SearchInts(ls, lim+1)
+	}
+	return st
+}
+
+// exportObsRole is the observation role the files hold: the one asked for,
+// or, for "sampled", the role the episodes were sampled with (user when
+// they disagree, which no llm-worker does).
+func exportObsRole(asked string, eps []*Episode) string {
+	if asked != ObsSampled {
+		return asked
+	}
+	for _, e := range eps {
+		if e.Row.ObsRole() != RoleUser {
+			return e.Row.ObsRole()
+		}
+	}
+	return RoleUser
 }

@@ -3,9 +3,11 @@ package train_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -87,8 +89,8 @@ func TestBuildFromRealStore(t *testing.T) {
 			if (msg.Role == "assistant") != (r.LossMask[i] == 1) {
 				t.Fatalf("loss mask %v does not follow the assistant turns", r.LossMask)
 			}
-			if i > 1 && msg.Role == "user" {
-				t.Fatalf("observation kept role user; want tool")
+			if i > 1 && msg.Role == "tool" {
+				t.Fatalf("observation exported as tool; the model was sent user turns")
 			}
 		}
 	}
@@ -111,8 +113,8 @@ func TestBuildFromRealStore(t *testing.T) {
 		if train.TaskKey(c) != train.TaskKey(r) || c.TaskID != p.TaskID {
 			t.Fatalf("pair mixes tasks: %s vs %s", train.TaskKey(c), train.TaskKey(r))
 		}
-		if c.Outcome != "correct" || p.Chosen[0].Role != "assistant" || p.Rejected[0].Role != "assistant" {
-			t.Fatalf("bad pair %+v", p)
+		if c.Outcome != "correct" || len(p.Chosen) != 1 || len(p.Rejected) != 1 || p.Chosen[0].Role != "assistant" || p.Rejected[0].Role != "assistant" {
+			t.Fatalf("bad pair (TRL trains on every message after the prompt: sides must be one assistant turn) %+v", p)
 		}
 		if p.Kind == train.PairUpstream {
 			last := p.Prompt[len(p.Prompt)-1]
@@ -167,7 +169,84 @@ func TestBuildFromRealStore(t *testing.T) {
 	if err != nil || len(back) != 12 {
 		t.Fatalf("sft.jsonl: %d records, %v", len(back), err)
 	}
-	if !strings.Contains(res.DataCard, "| medcalcbench | 6 | 15 | 80.0% |") {
+	if !strings.Contains(res.DataCard, "| medcalcbench | 6 | 15 | 80.0% |") || !strings.Contains(res.DataCard, "## Conversation length (tokens)") {
 		t.Fatalf("data card:\n%s", res.DataCard)
 	}
+
+	// Same context at sampling and training: every assistant turn of every
+	// SFT, GRPO and DPO record follows a context the llm-worker really sent
+	// the model (captured at the fake server), message for message and
+	// rendered through a chat template.
+	sent := map[string]bool{}
+	for _, msgs := range env.Sent() {
+		sent[chatML(toMessages(msgs))] = true
+	}
+	checked := 0
+	checkContexts := func(kind, run string, msgs []train.Message) {
+		t.Helper()
+		if run != "fake" { // the reference policy sends nothing to a model
+			return
+		}
+		checked++
+		n := 0
+		for i, m := range msgs {
+			if m.Role != "assistant" {
+				continue
+			}
+			n++
+			if !sent[chatML(msgs[:i])] {
+				t.Fatalf("%s record: the context of assistant turn %d was never sent to the model:\n%s", kind, i, chatML(msgs[:i]))
+			}
+		}
+		if n == 0 {
+			t.Fatalf("%s record without an assistant turn", kind)
+		}
+	}
+	for _, r := range res.SFT {
+		checkContexts("SFT", r.RunID, r.Messages)
+	}
+	for _, g := range res.GRPO {
+		if !g.SameContext {
+			t.Fatalf("GRPO record %s rendered unlike it was sampled", g.EpisodeID)
+		}
+		checkContexts("GRPO", g.RunID, append(slices.Clone(g.Prompt), g.Completion...))
+	}
+	for _, p := range res.DPO {
+		run := byEp[p.ChosenEpisode].RunID
+		checkContexts("DPO chosen", run, append(slices.Clone(p.Prompt), p.Chosen...))
+		checkContexts("DPO rejected", run, append(slices.Clone(p.Prompt), p.Rejected...))
+	}
+	if checked < 9+12 {
+		t.Fatalf("only %d fake-model records checked against what the model was sent", checked)
+	}
+	// Negative control: observations renamed to tool no longer match, and
+	// their records say so and carry no sampler logprobs.
+	tool, err := train.Build(ctx, st, env.Store, train.Filter{}, train.Options{Seed: 7, ObsRole: "tool"}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range tool.GRPO {
+		full := append(slices.Clone(g.Prompt), g.Completion...)
+		if len(g.Completion) > 1 && (g.SameContext || len(g.CompletionLogprobs) != 0 || sent[chatML(full[:len(full)-1])]) {
+			t.Fatalf("GRPO record %s with tool observations claims the sampled context", g.EpisodeID)
+		}
+	}
+}
+
+// chatML renders messages as the ChatML template does (Qwen's), with no
+// generation prompt: equal renderings mean equal model input.
+func chatML(msgs []train.Message) string {
+	var b strings.Builder
+	for _, m := range msgs {
+		fmt.Fprintf(&b, "<|im_start|>%s\n%s<|im_end|>\n", m.Role, m.Content)
+	}
+	return b.String()
+}
+
+func toMessages(ms []schemas.ChatMessage) []train.Message {
+	out := make([]train.Message, len(ms))
+	for i, m := range ms {
+		out[i] = train.Message{Role: m.Role, Content: m.Content}
+	}
+	return out
 }

@@ -31,6 +31,10 @@ type Episode struct {
 	Steps []Step
 	// Aligned reports that there is one assistant message per recorded turn.
 	Aligned bool
+	// SameContext reports that the rendered messages are exactly those the
+	// model was sent when the episode was sampled (no role was renamed), so
+	// the sampler's token ids and logprobs belong to this context.
+	SameContext bool
 }
 
 // Step is one assistant message and the observations that followed it.
@@ -63,15 +67,25 @@ func (e *Episode) Tokens() int64 {
 	return c / 4
 }
 
+// Observation roles an export may ask for.
+const (
+	// ObsSampled renders observations with the role they were sent to the
+	// model with (Row.ObsRole): the context the episode was sampled in.
+	ObsSampled = "sampled"
+)
+
 // NewEpisode splits a row's messages into prompt and steps. Observation
-// messages (stored with role user, as upstream does) get role obsRole:
-// "tool" (the default; LLaMA-Factory's observation tag and TRL's tool
-// messages) or "user" (for chat templates without a tool role).
+// messages keep the role they were sampled with when obsRole is "" or
+// "sampled" (the default: train on the context the model saw); "tool" or
+// "user" renames them (LLaMA-Factory's observation tag and TRL's tool
+// messages, or plain user turns), and SameContext then reports whether the
+// rendering still equals what the model was sent.
 func NewEpisode(r *parquet.Row, obsRole string) *Episode {
-	if obsRole == "" {
-		obsRole = RoleTool
+	sampled := r.ObsRole()
+	if obsRole == "" || obsRole == ObsSampled {
+		obsRole = sampled
 	}
-	e := &Episode{Row: r}
+	e := &Episode{Row: r, SameContext: true}
 	for _, m := range r.Messages {
 		switch {
 		case m.Role == RoleAssistant:
@@ -83,6 +97,9 @@ func NewEpisode(r *parquet.Row, obsRole string) *Episode {
 			if role == RoleUser || role == RoleTool {
 				role = obsRole
 			}
+			if role != m.Role {
+				e.SameContext = false
+			}
 			s := &e.Steps[len(e.Steps)-1]
 			s.Observations = append(s.Observations, Message{role, m.Content})
 		}
@@ -92,13 +109,28 @@ func NewEpisode(r *parquet.Row, obsRole string) *Episode {
 }
 
 // Conversation returns the prompt and the first n steps; the observations
-// of the last included step are kept only when withLastObs is set.
+// of the last included step are kept only when withLastObs is set. The
+// loss mask is 1 on assistant turns, except turns that failed to parse
+// when maskFormatErrors is set.
 func (e *Episode) Conversation(n int, withLastObs bool) (msgs []Message, lossMask []int8) {
+	return e.conversation(n, withLastObs, false)
+}
+
+// FormatError reports whether step k's action failed to parse.
+func (e *Episode) FormatError(k int) bool {
+	return e.Aligned && k < len(e.Row.Turns) && e.Row.Turns[k].ParseError != ""
+}
+
+func (e *Episode) conversation(n int, withLastObs, maskFormatErrors bool) (msgs []Message, lossMask []int8) {
 	for _, m := range e.Prompt {
 		msgs, lossMask = append(msgs, m), append(lossMask, 0)
 	}
 	for k := 0; k < n && k < len(e.Steps); k++ {
-		msgs, lossMask = append(msgs, e.Steps[k].Action), append(lossMask, 1)
+		var w int8 = 1
+		if maskFormatErrors && e.FormatError(k) {
+			w = 0
+		}
+		msgs, lossMask = append(msgs, e.Steps[k].Action), append(lossMask, w)
 		if k < n-1 || withLastObs {
 			for _, o := range e.Steps[k].Observations {
 				msgs, lossMask = append(msgs, o), append(lossMask, 0)

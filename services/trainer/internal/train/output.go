@@ -37,7 +37,7 @@ var (
 	}, nil)
 	// VerifierSchema is the schema of YES/NO verifier files.
 	VerifierSchema = arrow.NewSchema([]arrow.Field{
-		field("messages", messagesType), str("label"), field("passed", arrow.FixedWidthTypes.Boolean),
+		field("messages", messagesType), field("loss_mask", maskType), str("run_id"), str("label"), field("passed", arrow.FixedWidthTypes.Boolean),
 		str("episode_id"), str("task_id"), str("dataset"),
 	}, nil)
 	// GRPOSchema is the schema of GRPO batch files.
@@ -50,6 +50,7 @@ var (
 		field("prompt", messagesType), field("completion", messagesType), field("completion_mask", maskType),
 		field("completion_token_ids", arrow.ListOf(arrow.ListOf(arrow.PrimitiveTypes.Int32))),
 		field("completion_logprobs", arrow.ListOf(arrow.ListOf(arrow.PrimitiveTypes.Float32))),
+		field("same_context", arrow.FixedWidthTypes.Boolean), field("correct_reward", arrow.PrimitiveTypes.Float64),
 	}, nil)
 )
 
@@ -141,11 +142,18 @@ func ReadJSONL[T any](path string) ([]T, error) {
 }
 
 // llamaFactoryTags maps our openai-style messages for LLaMA-Factory
-// (formats.md §5): observations are role "tool" (or "user" when built with
-// ObsRole user, in which case they are plain user turns).
+// (formats.md §5): observations are role "tool", or plain user turns when
+// they were sampled (or exported) as role "user"; then the observation tag
+// names a role no message has, so every user message stays a user turn
+// (LLaMA-Factory's tag mapping would otherwise turn the task into an
+// observation).
 func llamaFactoryTags(obsRole string) map[string]string {
+	obsTag := obsRole
+	if obsRole == RoleUser {
+		obsTag = "observation"
+	}
 	return map[string]string{"role_tag": "role", "content_tag": "content", "user_tag": RoleUser,
-		"assistant_tag": RoleAssistant, "observation_tag": obsRole, "system_tag": RoleSystem}
+		"assistant_tag": RoleAssistant, "observation_tag": obsTag, "system_tag": RoleSystem}
 }
 
 // lfPair is a LLaMA-Factory ranking record: the conversation up to the
