@@ -457,8 +457,9 @@ func clusterChaos(ctx context.Context, lab *netLab, js *bus.Conn, nodes map[stri
 	if err != nil || nodes[leader] == nil {
 		return fmt.Errorf("episodes stream leader %q: %v", leader, err)
 	}
+	before := scored()
 	nodes[leader].kill()
-	tl.add("kill -9 %s (episodes stream leader) at %d scored", leader, scored())
+	tl.add("kill -9 %s (episodes stream leader) at %d scored", leader, before)
 	time.Sleep(5 * time.Second)
 	nodes[leader].start()
 	tl.add("%s restarted", leader)
@@ -484,8 +485,9 @@ func clusterChaos(ctx context.Context, lab *netLab, js *bus.Conn, nodes map[stri
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	before = scored()
 	lab.link(cut, false)
-	tl.add("host %s (llm-worker with work in flight) cut off the network at %d scored", cut, scored())
+	tl.add("host %s (llm-worker with work in flight) cut off the network at %d scored", cut, before)
 	time.Sleep(20 * time.Second)
 	lab.link(cut, true)
 	tl.add("host %s back on the network at %d scored", cut, scored())
@@ -494,8 +496,9 @@ func clusterChaos(ctx context.Context, lab *netLab, js *bus.Conn, nodes map[stri
 		return err
 	}
 	for _, name := range []string{"n1", "n2", "n3"} {
+		before = scored()
 		nodes[name].stop()
-		tl.add("rolling restart: %s stopped at %d scored", name, scored())
+		tl.add("rolling restart: %s stopped at %d scored", name, before)
 		nodes[name].start()
 		if err := settled("rolling restart: "+name+" back and current", name); err != nil {
 			return err
