@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"os"
 	"strings"
 	"testing"
@@ -42,52 +41,8 @@ func TestMetricsOnLoopbackByDefault(t *testing.T) {
 	}
 }
 
-// TestManyWorkersOnOneHost (issue 17): a second `llm-worker --nats URL`
-// exited at once with "metrics listen 127.0.0.1:9102: bind: address already
-// in use". Three start with default flags and all run; --metrics-required
-// turns the taken port back into an error (the positive control).
+// TestManyWorkersOnOneHost (issue 17): any number of llm-workers on one
+// host with default flags (see bustest.CheckManyPerHost).
 func TestManyWorkersOnOneHost(t *testing.T) {
-	url := bustest.StartJetStream(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	getenv := func(k string) string {
-		if strings.HasPrefix(k, "MEDGYM_METRICS") || k == "MEDGYM_NATS" {
-			return ""
-		}
-		return os.Getenv(k)
-	}
-	wctx, stop := context.WithCancel(ctx)
-	var logs [3]bustest.LogBuffer
-	errs := make(chan error, len(logs))
-	for i := range logs {
-		go func() { errs <- run(wctx, []string{"--nats", url}, getenv, &logs[i]) }()
-	}
-	for i := range logs {
-		for !strings.Contains(logs[i].String(), "llm-worker running") {
-			select {
-			case err := <-errs:
-				t.Fatalf("a worker ended: %v\n%s", err, logs[i].String())
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}
-	warned := 0
-	for i := range logs {
-		if strings.Contains(logs[i].String(), "running without /metrics") {
-			warned++
-		}
-	}
-	if warned < 2 {
-		t.Errorf("%d workers warned about the taken metrics port, want at least 2", warned)
-	}
-	err := run(ctx, []string{"--nats", url, "--metrics-required"}, getenv, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "address already in use") {
-		t.Errorf("--metrics-required on a taken port: %v", err)
-	}
-	stop()
-	for range logs {
-		if err := <-errs; err != nil {
-			t.Errorf("worker: %v", err)
-		}
-	}
+	bustest.CheckManyPerHost(t, run, "llm-worker running", os.Getenv)
 }
