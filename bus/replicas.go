@@ -76,8 +76,8 @@ type replicasValue struct {
 }
 
 func (v *replicasValue) String() string {
-	if v == nil || v.n == nil {
-		return "1"
+	if v == nil || v.n == nil || *v.n == 0 {
+		return "1" // StreamOptions' default
 	}
 	return strconv.Itoa(*v.n)
 }
