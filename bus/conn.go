@@ -60,6 +60,10 @@ type ConnectOption func(*connectConfig)
 type connectConfig struct {
 	tls  TLS
 	auth Auth
+
+	// Start only.
+	streams         StreamOptions
+	metricsRequired bool
 }
 
 // WithTLS connects with t (see TLS).
@@ -159,22 +163,47 @@ func (c *Conn) Publish(ctx context.Context, subject, msgID string, v schemas.Val
 	return nil
 }
 
-// Start is what every service's main does first: connect to url, create
-// the streams and buckets, and serve /metrics and /healthz on metricsAddr
-// (empty: none). Close the returned connection when done.
+// Start is what every service's main does first: connect to url (one URL
+// or several seeds, comma-separated), create the streams and buckets
+// (WithStreams: replicas and placement), and serve /metrics and /healthz on
+// metricsAddr (empty: none; a port of 0 picks a free one, which is logged).
+// A metrics address that cannot be bound (another worker of the same kind
+// on this host holds the default port) is a warning and the service runs
+// without metrics, unless WithMetricsRequired makes it an error. Close the
+// returned connection when done.
 func Start(ctx context.Context, url, name, metricsAddr string, log *slog.Logger, opts ...ConnectOption) (*Conn, *Metrics, error) {
+	var cfg connectConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	conn, err := Connect(ctx, url, name, log, opts...)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := EnsureStreams(ctx, conn, StreamOptions{}); err != nil {
+	if err := EnsureStreams(ctx, conn, cfg.streams); err != nil {
 		conn.Close()
 		return nil, nil, err
 	}
 	m := NewMetrics()
 	if err := m.Serve(ctx, metricsAddr, conn, log); err != nil {
-		conn.Close()
-		return nil, nil, err
+		if cfg.metricsRequired {
+			conn.Close()
+			return nil, nil, fmt.Errorf("%w (--metrics-required; --metrics 127.0.0.1:0 picks a free port)", err)
+		}
+		log.Warn("running without /metrics and /healthz: the metrics address is taken (another process of this kind on this host?); set --metrics to a free address, or 127.0.0.1:0 for any free port, or --metrics-required to make this an error",
+			"addr", metricsAddr, "err", err)
 	}
 	return conn, m, nil
+}
+
+// WithStreams makes Start create the streams and buckets with o (replicas,
+// placement; see StreamOptions.RegisterFlags).
+func WithStreams(o StreamOptions) ConnectOption {
+	return func(c *connectConfig) { c.streams = o }
+}
+
+// WithMetricsRequired makes a metrics address Start cannot bind an error
+// instead of a warning.
+func WithMetricsRequired(required bool) ConnectOption {
+	return func(c *connectConfig) { c.metricsRequired = required }
 }

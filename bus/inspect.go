@@ -118,3 +118,39 @@ func (c *Conn) DeleteBlob(ctx context.Context, name string) error {
 	}
 	return obj.Delete(ctx, name)
 }
+
+// StreamReplica is one follower of a clustered stream.
+type StreamReplica struct {
+	Name             string
+	Current, Offline bool
+	Lag              uint64
+}
+
+// StreamPlacement is where a stream lives: its replica count and, in a
+// cluster, the cluster's name, the leader and the followers.
+type StreamPlacement struct {
+	Replicas  int
+	Cluster   string
+	Leader    string
+	Followers []StreamReplica
+}
+
+// StreamPlacement reads stream's replica count and cluster placement.
+func (c *Conn) StreamPlacement(ctx context.Context, stream string) (StreamPlacement, error) {
+	s, err := c.js.Stream(ctx, stream)
+	if err != nil {
+		return StreamPlacement{}, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return StreamPlacement{}, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	p := StreamPlacement{Replicas: info.Config.Replicas}
+	if info.Cluster != nil {
+		p.Cluster, p.Leader = info.Cluster.Name, info.Cluster.Leader
+		for _, r := range info.Cluster.Replicas {
+			p.Followers = append(p.Followers, StreamReplica{Name: r.Name, Current: r.Current, Offline: r.Offline, Lag: r.Lag})
+		}
+	}
+	return p, nil
+}

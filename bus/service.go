@@ -36,15 +36,19 @@ type Node struct {
 	URL         string
 	MetricsAddr string
 	TLS         TLS
+	// Start holds --replicas, placement and --metrics-required.
+	Start StartFlags
 }
 
 // RegisterFlags adds --nats, --metrics and the TLS flags; metricsDefault
 // is the service's own loopback port (e.g. "127.0.0.1:9104").
 func (n *Node) RegisterFlags(fs *flag.FlagSet, getenv func(string) string, metricsDefault string) {
-	fs.StringVar(&n.URL, "nats", envOr(getenv, "MEDGYM_NATS", "nats://127.0.0.1:4222"), "NATS URL (env MEDGYM_NATS)")
+	fs.StringVar(&n.URL, "nats", envOr(getenv, "MEDGYM_NATS", "nats://127.0.0.1:4222"), "NATS URL, or several seed URLs of a cluster comma-separated (env MEDGYM_NATS)")
 	fs.StringVar(&n.MetricsAddr, "metrics", envOr(getenv, "MEDGYM_METRICS", metricsDefault), "address of /metrics and /healthz: loopback by default; "+
-		"in a container or pod its own IP or host name (e.g. $POD_IP:"+portOf(metricsDefault)+"); empty: off (env MEDGYM_METRICS)")
+		"in a container or pod its own IP or host name (e.g. $POD_IP:"+portOf(metricsDefault)+"); port 0 picks a free port (logged); "+
+		"taken: a warning (see --metrics-required); empty: off (env MEDGYM_METRICS)")
 	n.TLS.RegisterFlags(fs, getenv)
+	n.Start.RegisterFlags(fs, getenv)
 }
 
 // RunService is the whole of a service's main: it parses args into the
@@ -72,7 +76,11 @@ func RunService(ctx context.Context, name, metricsDefault string, args []string,
 		return err
 	}
 	log.Info("config", "nats", schemas.RedactURL(node.URL), "config", cfg)
-	conn, metrics, err := Start(ctx, node.URL, name, node.MetricsAddr, log, WithTLS(node.TLS), WithAuth(auth))
+	startOpts, err := node.Start.Options()
+	if err != nil {
+		return err
+	}
+	conn, metrics, err := Start(ctx, node.URL, name, node.MetricsAddr, log, append(startOpts, WithTLS(node.TLS), WithAuth(auth))...)
 	if err != nil {
 		return err
 	}

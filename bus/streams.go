@@ -14,6 +14,11 @@ import (
 type StreamOptions struct {
 	// Storage is file (default) or memory.
 	Memory bool
+	// PlacementCluster and PlacementTags place new streams and buckets on
+	// a named cluster or on servers with these server_tags (none: anywhere).
+	PlacementCluster string
+	PlacementTags    []string
+	flagErr          *error // a bad MEDGYM_REPLICAS, reported by Validate
 	// MaxAge bounds how long messages are kept for replay (default 7 days).
 	MaxAge time.Duration
 	// Duplicates is the dedupe window for Nats-Msg-Id (default 10 min).
@@ -77,26 +82,35 @@ func EnsureStreams(ctx context.Context, c *Conn, o StreamOptions) error {
 			Storage:    storage,
 			MaxAge:     o.MaxAge,
 			Duplicates: o.Duplicates,
-			Replicas:   o.Replicas,
 			Discard:    jetstream.DiscardOld,
 		}
+		var existing *jetstream.StreamConfig
+		cfg.Replicas, cfg.Placement, existing = o.placed(ctx, js, name)
 		if name == schemas.StreamDeadLetter {
 			cfg.MaxAge, cfg.MaxBytes, cfg.MaxMsgs = o.DeadLetterMaxAge, o.DeadLetterMaxBytes, o.DeadLetterMaxMsgs
+		}
+		if existing != nil && sameStream(*existing, cfg) {
+			// Every process of every service ensures every stream at
+			// start; on a cluster an update is a meta-layer proposal, and
+			// a fleet starting at once timed them out.
+			continue
 		}
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", name, err)
 		}
 	}
 	for _, b := range []string{schemas.BucketRuns, schemas.BucketEpisodes, schemas.BucketCompletions} {
+		replicas, placement, _ := o.placed(ctx, js, "KV_"+b)
 		if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: b, Storage: storage, Replicas: o.Replicas, History: 1,
+			Bucket: b, Storage: storage, Replicas: replicas, Placement: placement, History: 1,
 		}); err != nil {
 			return fmt.Errorf("ensure key-value bucket %s: %w", b, err)
 		}
 	}
 	// Offloaded payloads live as long as the messages that name them.
+	replicas, placement, _ := o.placed(ctx, js, "OBJ_"+schemas.BucketBlobs)
 	if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket: schemas.BucketBlobs, Storage: storage, Replicas: o.Replicas, TTL: o.MaxAge,
+		Bucket: schemas.BucketBlobs, Storage: storage, Replicas: replicas, Placement: placement, TTL: o.MaxAge,
 	}); err != nil {
 		return fmt.Errorf("ensure object store %s: %w", schemas.BucketBlobs, err)
 	}

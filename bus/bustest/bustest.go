@@ -3,7 +3,14 @@
 package bustest
 
 import (
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/nats-io/nkeys"
 
@@ -39,4 +46,73 @@ func UserNKey(t testing.TB) (seed []byte, public string) {
 		t.Fatal(err)
 	}
 	return seed, public
+}
+
+// StartCluster starts n embedded nats-servers with JetStream routed into
+// one cluster ("medgym", servers n1…nN) on 127.0.0.1 and waits until it
+// has a JetStream meta leader. It returns the servers and a comma-separated
+// seed URL of all of them (what --nats takes). They are shut down at test
+// cleanup.
+func StartCluster(t testing.TB, n int) ([]*server.Server, string) {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = freePort(t)
+	}
+	var routes []*url.URL
+	for _, p := range ports {
+		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", p)})
+	}
+	servers := make([]*server.Server, n)
+	var seeds []string
+	for i := range servers {
+		ns, err := server.NewServer(&server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1),
+			Host:       "127.0.0.1",
+			Port:       server.RANDOM_PORT,
+			JetStream:  true,
+			StoreDir:   t.TempDir(),
+			NoSigs:     true,
+			NoLog:      true,
+			Cluster:    server.ClusterOpts{Name: "medgym", Host: "127.0.0.1", Port: ports[i]},
+			Routes:     routes,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go ns.Start()
+		t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+		if !ns.ReadyForConnections(10 * time.Second) {
+			t.Fatalf("cluster server n%d not ready", i+1)
+		}
+		servers[i] = ns
+		seeds = append(seeds, ns.ClientURL())
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		leaders := 0
+		for _, s := range servers {
+			if s.JetStreamIsLeader() {
+				leaders++
+			}
+		}
+		if leaders == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("JetStream cluster has no meta leader after 30s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return servers, strings.Join(seeds, ",")
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -112,6 +112,9 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--max-in-flight", "-3"},
 		{"--llm-concurrency", "0"},
 		{"--loop-guard", "maybe"},
+		{"--replicas", "3"}, // the embedded server is one node
+		{"--replicas", "9"},
+		{"--replicas", "0", "--nats", "nats://127.0.0.1:1"},
 		{"--policy", "openai", "--model", "m", "--llm-url", "http://u:pw-s3cr3t@127.0.0.1:1/v1", "--temperatures", "7"},
 	} {
 		var stderr strings.Builder

@@ -69,7 +69,7 @@ var upstreamOptionFlags = []string{"max-turns", "end-on", "show-verdict", "loop-
 
 func (f *runFlags) register(fs *flag.FlagSet) {
 	f.serviceFlags.register(fs)
-	fs.StringVar(&f.nats, "nats", "", "NATS URL of running services (default: embedded server and in-process services)")
+	fs.StringVar(&f.nats, "nats", "", "NATS URL of running services, or several seed URLs of a cluster comma-separated (default: embedded server and in-process services)")
 	fs.StringVar(&f.state, "state", ".medgym", "directory for the embedded JetStream file store")
 	fs.StringVar(&f.runID, "run-id", "", "run id (default: generated); resubmitting the same id continues that run")
 	fs.StringVar(&f.datasets, "dataset", "medcalcbench", "dataset(s), comma separated")
@@ -179,6 +179,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Visit(func(fl *flag.Flag) { f.explicit[fl.Name] = true })
 	if err := f.serviceFlags.validate(); err != nil {
 		return err
+	}
+	if f.nats == "" && f.streams.Replicas > 1 {
+		return fmt.Errorf("--replicas %d needs --nats: the embedded server is a single node (R1)", f.streams.Replicas)
 	}
 	if err := f.compatConflict(); err != nil {
 		return err
@@ -393,7 +396,7 @@ func runSpec(ctx context.Context, spec schemas.RunSpec, f *runFlags, stderr io.W
 		return runResult{}, err
 	}
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
+	if err := bus.EnsureStreams(ctx, conn, f.streams); err != nil {
 		return runResult{}, err
 	}
 	svcErr := make(chan error, 1)

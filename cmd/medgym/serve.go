@@ -17,7 +17,7 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var f serviceFlags
 	f.register(fs)
-	nats := fs.String("nats", "nats://127.0.0.1:4222", "NATS URL")
+	nats := fs.String("nats", "nats://127.0.0.1:4222", "NATS URL, or several seed URLs of a cluster comma-separated")
 	llmURL := fs.String("llm-url", "", "default OpenAI-compatible base URL")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -35,7 +35,7 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
+	if err := bus.EnsureStreams(ctx, conn, f.streams); err != nil {
 		return err
 	}
 	fmt.Fprintln(stderr, "medgym serve: dispatcher, llm-worker, sandbox-worker and verifier on", schemas.RedactURL(*nats))

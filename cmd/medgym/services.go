@@ -33,6 +33,7 @@ type serviceFlags struct {
 	logLevel       string
 	metricsAddr    string
 	natsTLS        bus.TLS
+	streams        bus.StreamOptions
 	maxEpisodes    int
 
 	dispatcher dispatcher.Config
@@ -89,6 +90,7 @@ func (f *serviceFlags) register(fs *flag.FlagSet) {
 	registerComponent(fs, "llm-worker", &f.llm)
 	registerComponent(fs, "sandbox-worker", &f.sandbox)
 	registerComponent(fs, "verifier", &f.verifier)
+	f.streams.RegisterFlags(fs, os.Getenv)
 }
 
 // configs returns the services' configurations with the CLI's shared
@@ -123,6 +125,9 @@ func (f *serviceFlags) validate() error {
 	}
 	if s.Sandbox.Limits.MemoryBytes < 1 {
 		return errors.New("--sandbox-memory-mb: must be ≥ 1")
+	}
+	if err := f.streams.Validate(); err != nil {
+		return err
 	}
 	return nil
 }

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/medgym/medgym/bus/bustest"
 )
 
 // TestCredentialsNeverLogged (issue 13 item 8): --nats and --llm-url with
@@ -36,4 +39,10 @@ func TestMetricsOnLoopbackByDefault(t *testing.T) {
 	if !strings.Contains(usage.String(), `(default "127.0.0.1:9102")`) || !strings.Contains(usage.String(), "-nats-ca") {
 		t.Errorf("usage does not show a loopback metrics default and the TLS flags:\n%s", usage.String())
 	}
+}
+
+// TestManyWorkersOnOneHost (issue 17): any number of llm-workers on one
+// host with default flags (see bustest.CheckManyPerHost).
+func TestManyWorkersOnOneHost(t *testing.T) {
+	bustest.CheckManyPerHost(t, run, "llm-worker running", os.Getenv)
 }

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/medgym/medgym/bus/bustest"
 )
 
 // TestMetricsOnLoopbackByDefault (issue 13 item 10): /metrics and /healthz
@@ -14,4 +17,21 @@ func TestMetricsOnLoopbackByDefault(t *testing.T) {
 	if !strings.Contains(usage.String(), `(default "127.0.0.1:9103")`) || !strings.Contains(usage.String(), "-nats-ca") {
 		t.Errorf("usage does not show a loopback metrics default and the TLS flags:\n%s", usage.String())
 	}
+}
+
+// TestManyWorkersOnOneHost (issue 17): a second `sandbox-worker --nats URL`
+// exited at once on the taken metrics port; any number now run on one host
+// with default flags (see bustest.CheckManyPerHost).
+func TestManyWorkersOnOneHost(t *testing.T) {
+	// Sandboxes run as uid 65534: the agent tree must be readable by others
+	// (t.TempDir's parent is not).
+	tree, err := os.MkdirTemp("", "medgym-agent-tree-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(tree) })
+	if err := os.Chmod(tree, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bustest.CheckManyPerHost(t, run, "sandbox-worker running", os.Getenv, "--agent-tree", tree)
 }
