@@ -35,6 +35,7 @@ func TestLibraryTrees(t *testing.T) {
 			t.Fatalf("positive control: no verifier-only file found in the verifier tree (%v)", err)
 		}
 		for _, p := range []string{filepath.Join(AgentTree(lib), NPowerDataset, "LICENSE.md"),
+			filepath.Join(VerifierTree(lib), NPowerDataset, "LICENSE.md"), // the task files' licence travels with them
 			filepath.Join(VerifierTree(lib), NPowerDataset, "test.jsonl"), filepath.Join(VerifierTree(lib), NPowerDataset, "train.jsonl")} {
 			if _, err := os.Stat(p); err != nil {
 				t.Error(err)

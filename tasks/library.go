@@ -96,6 +96,19 @@ func splitTrees(stage, agentRoot, verifierRoot, name string) error {
 	if err != nil {
 		return err
 	}
+	// The task files are derived data too: their licence travels with them.
+	lics, err := filepath.Glob(filepath.Join(stage, "LICENSE*"))
+	if err != nil {
+		return err
+	}
+	for _, l := range lics {
+		if _, err := os.Stat(vdir); err != nil {
+			break // no task files moved
+		}
+		if err := copyStream(l, filepath.Join(vdir, filepath.Base(l))); err != nil {
+			return err
+		}
+	}
 	adir := filepath.Join(agentRoot, name)
 	if err := os.RemoveAll(adir); err != nil {
 		return err
