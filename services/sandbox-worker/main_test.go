@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/medgym/medgym/bus/bustest"
@@ -12,11 +10,7 @@ import (
 // TestMetricsOnLoopbackByDefault (issue 13 item 10): /metrics and /healthz
 // bound [::] by default.
 func TestMetricsOnLoopbackByDefault(t *testing.T) {
-	var usage strings.Builder
-	_ = run(context.Background(), []string{"-h"}, func(string) string { return "" }, &usage)
-	if !strings.Contains(usage.String(), `(default "127.0.0.1:9103")`) || !strings.Contains(usage.String(), "-nats-ca") {
-		t.Errorf("usage does not show a loopback metrics default and the TLS flags:\n%s", usage.String())
-	}
+	bustest.CheckMetricsOnLoopback(t, run, "127.0.0.1:9103")
 }
 
 // TestManyWorkersOnOneHost (issue 17): a second `sandbox-worker --nats URL`
