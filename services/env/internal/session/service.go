@@ -58,9 +58,9 @@ type Service struct {
 	limits Limits
 
 	mu      sync.Mutex
-	live    map[string]bool           // live session ids (the cap)
+	live    map[string]bool            // live session ids (the cap)
 	waiters map[string][]chan struct{} // session id → steps waiting for a change
-	runs    map[string]bool           // runs registered by this process
+	runs    map[string]bool            // runs registered by this process
 }
 
 // New returns a service; Load counts the live sessions a previous process

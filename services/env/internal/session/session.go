@@ -21,8 +21,8 @@ type Session struct {
 	// Final is the answer of the step that ended the episode, waiting for
 	// the verifier's score (its reward and outcome) to be appended to Steps.
 	Final     *StepResult `json:"final,omitempty"`
-	CreatedAt time.Time `json:"created_at"`
-	LastSeen  time.Time `json:"last_seen"`
+	CreatedAt time.Time   `json:"created_at"`
+	LastSeen  time.Time   `json:"last_seen"`
 }
 
 // Done reports whether the episode is over (finished or abandoned).
