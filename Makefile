@@ -7,7 +7,7 @@ TOOLS   ?= $(HOME)/.cache/medgym/bin
 export MEDGYM_TOOLS := $(TOOLS)
 SERVICES := dispatcher llm-worker sandbox-worker verifier trainer
 
-.PHONY: all setup setup-test venv build library demo test test-go test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
+.PHONY: all setup setup-test venv build library demo test test-go test-env test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
 
 all: build
 
@@ -59,9 +59,16 @@ tidy:
 
 ## test: every check CI runs: gofmt, vet, go mod tidy, race tests (Docker backend included),
 ## the sandbox on cgroup v2, every reference solution, bounded fuzzing; prints each stage's time
-TEST_STAGES := setup-test library fmt vet tidy test-go test-cgroup2 verify-all fuzz
+TEST_STAGES := setup-test library fmt vet tidy test-go test-env test-cgroup2 verify-all fuzz
 test:
 	@scripts/stages.sh $(TEST_STAGES)
+
+## test-env: the environment API's Python client and adapters (clients/python) against live `medgym env serve`
+## processes the tests start: the layered venv .venv-env (requirements/env-base.txt over .venv), the client, Gymnasium
+## and TRL adapters, a bounded schemathesis run, the TRL GRPO end-to-end test; then each framework layer's tests
+## (requirements/env-<fw>.txt, clients/python/tests/<fw>/); see scripts/test-env.sh
+test-env: setup-test build library
+	scripts/test-env.sh
 
 ## test-cgroup2: the sandbox's cgroup tests and abuse suite on a cgroup v2 kernel (a QEMU VM)
 test-cgroup2: setup-test
