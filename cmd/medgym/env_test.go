@@ -354,8 +354,8 @@ func TestEnvAPISameAsRun(t *testing.T) {
 		t.Fatalf("%d rows from the run, %d from the API", len(ran), len(api))
 	}
 	a, b := ran[0], api[0]
-	if last["reward"] != b.Reward || last["info"].(map[string]any)["outcome"] != b.Outcome || b.Outcome != "correct" {
-		t.Fatalf("API's last step %v, row %s/%g", last, b.Outcome, b.Reward)
+	if last["reward"] != b.Reward || last["info"].(map[string]any)["outcome"] != b.Outcome || b.Outcome != a.Outcome || b.Reward != a.Reward {
+		t.Fatalf("API's last step %v, row %s/%g, the run's %s/%g", last, b.Outcome, b.Reward, a.Outcome, a.Reward)
 	}
 	msgs := sess["messages"].([]any)
 	for i := range 2 {
