@@ -24,8 +24,8 @@ type store struct {
 	// processes still meet on the revision.
 	counterMu sync.Mutex
 	sessions  *bus.Bucket[session.Session]
-	index    *bus.Bucket[string]
-	counters *bus.Bucket[int]
+	index     *bus.Bucket[string]
+	counters  *bus.Bucket[int]
 }
 
 func openStore(ctx context.Context, conn *bus.Conn) (*store, error) {
