@@ -3,11 +3,14 @@ SHELL   := /bin/bash
 BIN     := $(CURDIR)/bin
 MODULES := $(shell go list -m -f '{{.Dir}}' 2>/dev/null)
 PKGS    := $(addsuffix /...,$(MODULES))
+# The chart test links Helm and the Kubernetes libraries: it runs in its own
+# stage (test-chart), without the race detector.
+CHARTTEST := $(CURDIR)/deploy/kubernetes/charttest
 TOOLS   ?= $(HOME)/.cache/medgym/bin
 export MEDGYM_TOOLS := $(TOOLS)
 SERVICES := dispatcher llm-worker sandbox-worker verifier trainer
 
-.PHONY: all setup setup-test venv build library demo test test-go test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
+.PHONY: all setup setup-test venv build library demo test test-go test-chart test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
 
 all: build
 
@@ -59,7 +62,7 @@ tidy:
 
 ## test: every check CI runs: gofmt, vet, go mod tidy, race tests (Docker backend included),
 ## the sandbox on cgroup v2, every reference solution, bounded fuzzing; prints each stage's time
-TEST_STAGES := setup-test library fmt vet tidy test-go test-cgroup2 verify-all fuzz
+TEST_STAGES := setup-test library fmt vet tidy test-go test-chart test-cgroup2 verify-all fuzz
 test:
 	@scripts/stages.sh $(TEST_STAGES)
 
@@ -69,10 +72,15 @@ test-cgroup2: setup-test
 
 ## test-go: the Go tests with the race detector (installs and starts what they need)
 test-go: setup-test library
-	MEDGYM_DOCKER=1 MEDGYM_LIBRARY=$(CURDIR)/build/library go test -race -count=1 -timeout 30m $(PKGS)
+	MEDGYM_DOCKER=1 MEDGYM_LIBRARY=$(CURDIR)/build/library go test -race -count=1 -timeout 30m $(filter-out $(CHARTTEST)/...,$(PKGS))
 	@# Task generation is ~20x slower under the race detector (pure-Go SQLite), so the
 	@# generators' determinism and solvability tests run once more without it.
 	go test -count=1 -timeout 20m ./tasks/...
+
+## test-chart: the Helm chart (deploy/kubernetes): rendered through Helm's Go library, decoded strictly
+## with the Kubernetes and KEDA types, its names against schemas and the services' live /metrics
+test-chart: setup-test library
+	cd $(CHARTTEST) && MEDGYM_LIBRARY=$(CURDIR)/build/library go test -count=1 -timeout 15m ./...
 
 test-short:
 	go test -short -count=1 $(PKGS)
