@@ -71,9 +71,13 @@ func TestNamesOnLiveMetrics(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
+	// The sandbox's uid 65534 must reach its workspaces under dir.
+	must(t, os.Chmod(filepath.Dir(dir), 0o711))
+	must(t, os.Chmod(dir, 0o711))
 	natsPort := freePort(t)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
-	start(t, dir, "nats-server", natsServer, "-js", "-a", "127.0.0.1", "-p", fmt.Sprint(natsPort), "-sd", filepath.Join(dir, "js"))
+	var procs []*proc
+	procs = append(procs, start(t, dir, "nats-server", natsServer, "-js", "-a", "127.0.0.1", "-p", fmt.Sprint(natsPort), "-sd", filepath.Join(dir, "js")))
 	waitTCP(t, ctx, fmt.Sprintf("127.0.0.1:%d", natsPort))
 
 	lib := os.Getenv("MEDGYM_LIBRARY")
@@ -100,13 +104,31 @@ func TestNamesOnLiveMetrics(t *testing.T) {
 	for _, svc := range Services {
 		addr[svc] = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		a := append([]string{"--nats", url, "--metrics", addr[svc], "--metrics-required"}, args[svc]...)
-		start(t, dir, svc, filepath.Join(bin, svc), a...)
+		procs = append(procs, start(t, dir, svc, filepath.Join(bin, svc), a...))
 	}
 	for _, svc := range Services {
 		waitTCP(t, ctx, addr[svc])
 	}
+	// A service that exits (a bad flag, a work root it cannot use) would
+	// hang the run: stop the run then and say which.
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	go func() {
+		for runCtx.Err() == nil {
+			for _, p := range procs {
+				select {
+				case <-p.done:
+					t.Errorf("%s exited during the run (its log follows at the end)", p.name)
+					stopRun()
+					return
+				default:
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
 	const runID = "charttest"
-	run := exec.CommandContext(ctx, filepath.Join(bin, "medgym"), "run", "--nats", url, "--run-id", runID,
+	run := exec.CommandContext(runCtx, filepath.Join(bin, "medgym"), "run", "--nats", url, "--run-id", runID,
 		"--dataset", "medcalcbench", "--split", "test", "--limit", "4", "--policy", "reference", "--store", store)
 	if out, err := run.CombinedOutput(); err != nil {
 		t.Fatalf("medgym run: %v\n%s", err, out)
@@ -184,9 +206,15 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// proc is a process the test started; done closes when it exits.
+type proc struct {
+	name string
+	done chan struct{}
+}
+
 // start runs a process until the test ends (SIGTERM, then a wait), its
 // output in dir/<name>.log, printed when the test failed.
-func start(t *testing.T, dir, name, path string, args ...string) {
+func start(t *testing.T, dir, name, path string, args ...string) *proc {
 	t.Helper()
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.Create(logPath)
@@ -201,6 +229,7 @@ func start(t *testing.T, dir, name, path string, args ...string) {
 	}
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
+	p := &proc{name: name, done: done}
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -218,6 +247,7 @@ func start(t *testing.T, dir, name, path string, args ...string) {
 			t.Logf("%s log (tail):\n%s", name, b)
 		}
 	})
+	return p
 }
 
 func waitTCP(t *testing.T, ctx context.Context, addr string) {
