@@ -234,6 +234,9 @@ func CheckSandbox(ms []Manifest, verifierImage string) []error {
 	case sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot:
 		fail("runAsNonRoot is not set")
 	}
+	if ru := d.Spec.Strategy.RollingUpdate; ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 0 {
+		fail("a rollout surges a pod beyond one per node, which cannot be scheduled: maxSurge must be 0")
+	}
 	aff := pod.Affinity
 	if aff == nil || aff.PodAntiAffinity == nil || !slices.ContainsFunc(aff.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution,
 		func(t corev1.PodAffinityTerm) bool { return t.TopologyKey == "kubernetes.io/hostname" }) {

@@ -22,7 +22,13 @@ spec:
       {{- include "medgym.selector" . | nindent 6 }}
   strategy:
     type: RollingUpdate
+    {{- if .sandbox }}
+    # One worker per node and every sandbox node busy: a surge pod could not
+    # be scheduled, so a rollout replaces one worker at a time.
+    rollingUpdate: {maxSurge: 0, maxUnavailable: 1}
+    {{- else }}
     rollingUpdate: {maxSurge: 1, maxUnavailable: 0}
+    {{- end }}
   template:
     metadata:
       labels:
