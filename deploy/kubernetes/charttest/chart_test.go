@@ -78,6 +78,15 @@ func TestChartRendersStrictly(t *testing.T) {
 		t.Errorf("lag triggers %v: want llm-worker on its two consumers and sandbox-worker on its one", u.Lags)
 	}
 	noErrors(t, "schemas", CheckSchemas(u))
+	durables := map[string]bool{}
+	for _, s := range u.Subjects {
+		durables[s.Consumer] = s.Consumer != ""
+	}
+	for _, d := range Durables {
+		if !durables[d] {
+			t.Errorf("the NATS permissions in the chart never name durable %s (subjects read: %d)", d, len(u.Subjects))
+		}
+	}
 
 	// Without KEDA the Deployments keep their replica counts.
 	ms = render(t, "keda: {enabled: false}\n")
@@ -208,6 +217,13 @@ func TestPlantedViolations(t *testing.T) {
 	errs = CheckSchemas(u)
 	if len(errs) != 2 {
 		t.Errorf("a planted stream and consumer: %v", errs)
+	}
+	// A permission on a consumer that is none, a stream that is none and a
+	// bucket that is none.
+	u.Subjects = PermissionSubjects("planted", `allow: ["$JS.API.CONSUMER.MSG.NEXT.MEDGYM_ACTIONS.sandbox-worker-action",
+		"$JS.ACK.MEDGYM_ACTION.sandbox-worker-actions.>", "$KV.MEDGYM_RUN.>", "_INBOX.>"]`)
+	if errs := CheckSchemas(u); len(errs) != 5 {
+		t.Errorf("three planted permission names and the planted trigger: %v", errs)
 	}
 	page := "# TYPE medgym_queue_depth gauge\nmedgym_queue_depth{consumer=\"llm-worker-episodes\",stream=\"MEDGYM_EPISODES\"} 0\n" +
 		"medgym_episodes_scored_total{outcome=\"correct\"} 3\n"

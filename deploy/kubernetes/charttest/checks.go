@@ -3,6 +3,8 @@ package charttest
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -328,8 +330,37 @@ type Lag struct {
 
 // Uses are the names the chart and the dashboard use.
 type Uses struct {
-	Lags    []Lag
-	Metrics map[string]string // metric name → where it is used
+	Lags []Lag
+	// Subjects are the JetStream API subjects of the NATS permissions the
+	// chart ships (its ConfigMap's permissions.conf): the streams, buckets
+	// and durable consumers each user may touch.
+	Subjects []Subject
+	Metrics  map[string]string // metric name → where it is used
+}
+
+// Subject is a stream or bucket (and durable, if any) a permission names.
+type Subject struct {
+	Where, Stream, Consumer string
+	Bucket                  bool // a key-value bucket or object store (KV_, OBJ_, $KV., $O.)
+}
+
+// permRE finds the quoted $-subjects of permissions.conf; nameRE the
+// stream or bucket (and a durable after it) inside one.
+var (
+	permRE = regexp.MustCompile(`"(\$[^"]+)"`)
+	nameRE = regexp.MustCompile(`(KV_|OBJ_|\$KV\.|\$O\.)?\b(MEDGYM_[A-Z_]+)\b(?:\.([a-z][a-z-]*[a-z]))?`)
+)
+
+// PermissionSubjects reads the streams, buckets and durables the $JS, $KV
+// and $O subjects of a NATS permissions file name.
+func PermissionSubjects(where, conf string) []Subject {
+	var out []Subject
+	for _, q := range permRE.FindAllStringSubmatch(conf, -1) {
+		for _, m := range nameRE.FindAllStringSubmatch(q[1], -1) {
+			out = append(out, Subject{Where: where + ": " + q[1], Stream: m[2], Consumer: m[3], Bucket: m[1] != ""})
+		}
+	}
+	return out
 }
 
 // CollectUses reads the nats-jetstream triggers of the ScaledObjects (and
@@ -358,6 +389,11 @@ func CollectUses(ms []Manifest, dashboard []byte) (Uses, error) {
 		for _, n := range MetricNames(m.Source) {
 			u.Metrics[n] = m.Template
 		}
+		if cm, ok := m.Object.(*corev1.ConfigMap); ok {
+			for key, conf := range cm.Data {
+				u.Subjects = append(u.Subjects, PermissionSubjects("ConfigMap "+cm.Name+" "+key, conf)...)
+			}
+		}
 	}
 	var dash struct {
 		Panels []struct {
@@ -380,10 +416,24 @@ func CollectUses(ms []Manifest, dashboard []byte) (Uses, error) {
 	return u, nil
 }
 
-// CheckSchemas checks every stream and consumer a trigger names against
-// schemas, and the trigger's settings KEDA needs.
+// Buckets are schemas' key-value buckets and object store.
+var Buckets = []string{schemas.BucketRuns, schemas.BucketEpisodes, schemas.BucketBlobs, schemas.BucketCompletions}
+
+// CheckSchemas checks every stream, bucket and consumer the triggers and
+// the NATS permissions name against schemas.
 func CheckSchemas(u Uses) []error {
 	var errs []error
+	for _, s := range u.Subjects {
+		_, stream := schemas.StreamSubjects[s.Stream]
+		switch {
+		case s.Bucket && !slices.Contains(Buckets, s.Stream):
+			errs = append(errs, fmt.Errorf("%s: bucket %q is not one of schemas' buckets %v", s.Where, s.Stream, Buckets))
+		case !s.Bucket && !stream && !slices.Contains(Buckets, s.Stream):
+			errs = append(errs, fmt.Errorf("%s: %q is not one of schemas' streams or buckets", s.Where, s.Stream))
+		case s.Consumer != "" && !slices.Contains(Durables, s.Consumer):
+			errs = append(errs, fmt.Errorf("%s: consumer %q is not one of schemas' durables", s.Where, s.Consumer))
+		}
+	}
 	for _, l := range u.Lags {
 		if _, ok := schemas.StreamSubjects[l.Stream]; !ok {
 			errs = append(errs, fmt.Errorf("%s: stream %q is not one of schemas' streams", l.ScaledObject, l.Stream))
@@ -414,15 +464,29 @@ func CheckScrape(u Uses, pages map[string]string) []error {
 			errs = append(errs, fmt.Errorf("%s queries %s, which no service exports", where, n))
 		}
 	}
+	// Every durable a permission names is a consumer some service reads.
+	for _, s := range u.Subjects {
+		if s.Consumer == "" || s.Bucket {
+			continue
+		}
+		if !slices.ContainsFunc(slices.Collect(maps.Values(pages)), func(page string) bool { return hasLag(page, s.Stream, s.Consumer) }) {
+			errs = append(errs, fmt.Errorf("%s: %s/%s is no consumer any service reads (no medgym_queue_depth series)", s.Where, s.Stream, s.Consumer))
+		}
+	}
 	for _, l := range u.Lags {
-		want := fmt.Sprintf(`stream="%s"`, l.Stream)
-		wantC := fmt.Sprintf(`consumer="%s"`, l.Consumer)
-		if !slices.ContainsFunc(Series(pages[l.Service])["medgym_queue_depth"], func(s string) bool {
-			return strings.Contains(s, want) && strings.Contains(s, wantC)
-		}) {
+		if !hasLag(pages[l.Service], l.Stream, l.Consumer) {
 			errs = append(errs, fmt.Errorf("%s scales %s on %s/%s, which is not a consumer %s reads (medgym_queue_depth on its /metrics)",
 				l.ScaledObject, l.Service, l.Stream, l.Consumer, l.Service))
 		}
 	}
 	return errs
+}
+
+// hasLag reports whether a /metrics page has the medgym_queue_depth series
+// of a stream's consumer.
+func hasLag(page, stream, consumer string) bool {
+	ws, wc := fmt.Sprintf(`stream="%s"`, stream), fmt.Sprintf(`consumer="%s"`, consumer)
+	return slices.ContainsFunc(Series(page)["medgym_queue_depth"], func(s string) bool {
+		return strings.Contains(s, ws) && strings.Contains(s, wc)
+	})
 }

@@ -28,7 +28,8 @@ const repoRoot = "../../.."
 // with JetStream), plays a run through them and scrapes every /metrics: each
 // metric the chart and the dashboard query is exported, and each
 // ScaledObject's stream and consumer is a consumer the service it scales
-// reads (its medgym_queue_depth series). Every flag the chart passes a
+// reads (its medgym_queue_depth series), and each durable the NATS
+// permissions name is one some service reads. Every flag the chart passes a
 // service is one the binary takes.
 func TestNamesOnLiveMetrics(t *testing.T) {
 	if testing.Short() {
@@ -168,7 +169,8 @@ func TestNamesOnLiveMetrics(t *testing.T) {
 			t.Errorf("%s /healthz: %s", svc, resp.Status)
 		}
 	}
-	t.Logf("checked %d metrics and %d lag triggers against live /metrics of %v", len(u.Metrics), len(u.Lags), Services)
+	t.Logf("checked %d metrics, %d lag triggers and %d permission subjects against live /metrics of %v",
+		len(u.Metrics), len(u.Lags), len(u.Subjects), Services)
 }
 
 // findTool finds a tool scripts/setup.sh installs: $MEDGYM_TOOLS, the cache
