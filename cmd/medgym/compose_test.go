@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,12 +23,7 @@ import (
 // (WITH_DOCKER=1) into the tools folder.
 func composeBinary(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("MEDGYM_TOOLS")
-	if dir == "" {
-		home, _ := os.UserHomeDir()
-		dir = filepath.Join(home, ".cache", "medgym", "bin")
-	}
-	p := filepath.Join(dir, "docker-compose")
+	p := filepath.Join(toolsDir(), "docker-compose")
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("Compose v2 not found at %s: run WITH_DOCKER=1 scripts/setup.sh", p)
 	}
@@ -256,8 +250,6 @@ func TestComposeDeploy(t *testing.T) {
 	t.Logf("compose deployment: up, run of %d episodes, checked in %s", episodes, time.Since(start).Round(time.Second))
 }
 
-var ackedLine = regexp.MustCompile(`(?m)^medgym_messages_handled_total\{[^}]*result="ack"[^}]*\} ([0-9.e+]+)$`)
-
 // scrapeAcked reads the messages a container's service acked from its
 // /metrics, fetched inside the container (the image's Python).
 func scrapeAcked(t *testing.T, ctx context.Context, id, addr string) int {
@@ -268,10 +260,5 @@ func scrapeAcked(t *testing.T, ctx context.Context, id, addr string) int {
 	if err != nil {
 		t.Fatalf("scrape %s in %s: %v\n%s", addr, id[:12], err, out)
 	}
-	total := 0.0
-	for _, m := range ackedLine.FindAllStringSubmatch(string(out), -1) {
-		v, _ := strconv.ParseFloat(m[1], 64)
-		total += v
-	}
-	return int(total)
+	return ackedIn(string(out))
 }
