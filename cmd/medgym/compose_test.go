@@ -62,29 +62,11 @@ func (c *composeProject) containers(ctx context.Context, service string) []strin
 	return strings.Fields(out)
 }
 
-// freePort is a port nothing on the host's loopback listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // composeSecrets writes the secret files the compose file reads (README.md
 // there) into a folder of the test's, readable by the services' uid 65534.
 func composeSecrets(t *testing.T) (dir string, pw func(user string) string) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "medgym-compose-secrets-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir = sandboxReachableDir(t)
 	random := func() string {
 		b := make([]byte, 12)
 		_, _ = rand.Read(b)
@@ -156,9 +138,10 @@ func TestComposeDeploy(t *testing.T) {
 		t.Fatalf("compose-images.sh printed %q; want three image variables", out)
 	}
 	secrets, pw := composeSecrets(t)
-	natsPort, minioPort := freePort(t), freePort(t)
+	port := func() string { _, p, _ := net.SplitHostPort(freeAddr(t)); return p }
+	natsPort, minioPort := port(), port()
 	env = append(env, "MEDGYM_COMPOSE_SECRETS="+secrets, "MEDGYM_LIBRARY="+library, "MEDGYM_DATA="+dataRoot(t),
-		"MEDGYM_NATS_PORT="+strconv.Itoa(natsPort), "MEDGYM_MINIO_PORT="+strconv.Itoa(minioPort))
+		"MEDGYM_NATS_PORT="+natsPort, "MEDGYM_MINIO_PORT="+minioPort)
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	c := &composeProject{t: t, bin: compose, file: filepath.Join(root, "deploy", "compose", "compose.yaml"),
@@ -212,8 +195,8 @@ func TestComposeDeploy(t *testing.T) {
 	t.Setenv("MEDGYM_NATS_PASSWORD", pw("nats_client"))
 	t.Setenv("AWS_ACCESS_KEY_ID", pw("minio_root_user"))
 	t.Setenv("AWS_SECRET_ACCESS_KEY", pw("minio_root_password"))
-	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
-	minio := fmt.Sprintf("127.0.0.1:%d", minioPort)
+	natsURL := "nats://127.0.0.1:" + natsPort
+	minio := "127.0.0.1:" + minioPort
 	const storeURL = "s3://trajectories/medgym"
 	stdout, stderr, err := runCLI(t, "run", "--nats", natsURL, "--run-id", "compose", "--dataset", "medcalcbench", "--split", "test",
 		"--limit", strconv.Itoa(episodes), "--policy", "reference", "--library", library, "--data", dataRoot(t),
