@@ -190,7 +190,9 @@ func TestComposeDeploy(t *testing.T) {
 	t.Logf("compose up: %d containers running in %s", 8, time.Since(start).Round(time.Second))
 
 	// The run, from the host, as a user: the client's NATS password, the
-	// MinIO credentials, both through the published loopback ports.
+	// MinIO credentials, both through the published loopback ports. A
+	// third of the episodes in flight at once, so that every worker replica
+	// keeps asking for work while there is some.
 	t.Setenv("MEDGYM_NATS_USER", "client")
 	t.Setenv("MEDGYM_NATS_PASSWORD", pw("nats_client"))
 	t.Setenv("AWS_ACCESS_KEY_ID", pw("minio_root_user"))
@@ -199,7 +201,7 @@ func TestComposeDeploy(t *testing.T) {
 	minio := "127.0.0.1:" + minioPort
 	const storeURL = "s3://trajectories/medgym"
 	stdout, stderr, err := runCLI(t, "run", "--nats", natsURL, "--run-id", "compose", "--dataset", "medcalcbench", "--split", "test",
-		"--limit", strconv.Itoa(episodes), "--policy", "reference", "--library", library, "--data", dataRoot(t),
+		"--limit", strconv.Itoa(episodes), "--max-in-flight", "8", "--policy", "reference", "--library", library, "--data", dataRoot(t),
 		"--store", storeURL, "--s3-endpoint", minio, "--s3-insecure", "--quiet")
 	if err != nil {
 		t.Fatalf("medgym run: %v\n%s\n%s", err, stdout, stderr)
@@ -210,7 +212,7 @@ func TestComposeDeploy(t *testing.T) {
 	// solutions ran in the sandbox-workers' bubblewrap sandboxes.
 	q, _, err := runCLI(t, "query", "--store", storeURL, "--s3-endpoint", minio, "--s3-insecure", "--format", "csv",
 		"SELECT count(*) AS n, count(DISTINCT episode_id) AS e, count(*) FILTER (WHERE outcome IS NULL OR outcome = '' OR outcome = 'infra_failure') AS bad, "+
-			"count(*) FILTER (WHERE outcome = 'sandbox_error') AS sb, count(*) FILTER (WHERE success) AS ok FROM trajectories WHERE run_id = 'compose'")
+			"count(*) FILTER (WHERE outcome = 'sandbox_error') AS sb, count(*) FILTER (WHERE outcome = 'correct') AS ok FROM trajectories WHERE run_id = 'compose'")
 	if err != nil {
 		t.Fatal(err)
 	}
