@@ -108,13 +108,22 @@ func TestComposeDeploy(t *testing.T) {
 	if os.Getenv("MEDGYM_COMPOSE") != "1" {
 		t.Skip("the compose deployment test runs in its own stage: make test-compose (MEDGYM_COMPOSE=1)")
 	}
-	const episodes = 24
+	const episodes = 40
 	compose := composeBinary(t)
 	root := repoRoot(t)
 	bin := buildBinaries(t)
 	library := os.Getenv("MEDGYM_LIBRARY")
 	if library == "" {
 		library = filepath.Join(root, "build", "library")
+	}
+	// Compose reads a relative path as relative to the compose file.
+	library, err := filepath.Abs(library)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := filepath.Abs(dataRoot(t))
+	if err != nil {
+		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(tasks.AgentTree(library), "AGENT_TREE.json")); err != nil {
 		t.Fatalf("no task library at %s (make library): %v", library, err)
@@ -140,7 +149,7 @@ func TestComposeDeploy(t *testing.T) {
 	secrets, pw := composeSecrets(t)
 	port := func() string { _, p, _ := net.SplitHostPort(freeAddr(t)); return p }
 	natsPort, minioPort := port(), port()
-	env = append(env, "MEDGYM_COMPOSE_SECRETS="+secrets, "MEDGYM_LIBRARY="+library, "MEDGYM_DATA="+dataRoot(t),
+	env = append(env, "MEDGYM_COMPOSE_SECRETS="+secrets, "MEDGYM_LIBRARY="+library, "MEDGYM_DATA="+data,
 		"MEDGYM_NATS_PORT="+natsPort, "MEDGYM_MINIO_PORT="+minioPort)
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
@@ -201,7 +210,7 @@ func TestComposeDeploy(t *testing.T) {
 	minio := "127.0.0.1:" + minioPort
 	const storeURL = "s3://trajectories/medgym"
 	stdout, stderr, err := runCLI(t, "run", "--nats", natsURL, "--run-id", "compose", "--dataset", "medcalcbench", "--split", "test",
-		"--limit", strconv.Itoa(episodes), "--max-in-flight", "8", "--policy", "reference", "--library", library, "--data", dataRoot(t),
+		"--limit", strconv.Itoa(episodes), "--max-in-flight", "8", "--policy", "reference", "--library", library, "--data", data,
 		"--store", storeURL, "--s3-endpoint", minio, "--s3-insecure", "--quiet")
 	if err != nil {
 		t.Fatalf("medgym run: %v\n%s\n%s", err, stdout, stderr)
