@@ -92,7 +92,7 @@ test-short:
 
 ## fuzz: each fuzz target for a bounded time (FUZZTIME, default 20s)
 FUZZTIME ?= 20s
-FUZZ_TARGETS := agent:FuzzParse services/verifier/internal/verify:FuzzParsers services/verifier/internal/verify:FuzzCheck
+FUZZ_TARGETS := agent:FuzzParse services/verifier/verify:FuzzParsers services/verifier/verify:FuzzCheck
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		dir=$${t%%:*}; name=$${t##*:}; echo "fuzz $$name in $$dir ($(FUZZTIME))"; \

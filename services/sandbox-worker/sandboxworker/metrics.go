@@ -1,11 +1,11 @@
-package service
+package sandboxworker
 
 import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/medgym/medgym/services/sandbox-worker/internal/sandbox"
+	"github.com/medgym/medgym/services/sandbox-worker/sandbox"
 )
 
 // sandboxCollector exports a Sandbox's Stats on each scrape.

@@ -1,4 +1,4 @@
-package service
+package sandboxworker
 
 import (
 	"encoding/json"
@@ -11,7 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/medgym/medgym/schemas"
-	"github.com/medgym/medgym/services/sandbox-worker/internal/sandbox"
+	"github.com/medgym/medgym/services/sandbox-worker/sandbox"
 )
 
 // TestSandboxMetrics: a scrape shows the sandbox's backend and limits and

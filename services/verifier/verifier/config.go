@@ -1,4 +1,4 @@
-package service
+package verifier
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/medgym/medgym/bus"
-	"github.com/medgym/medgym/services/verifier/internal/verify"
+	"github.com/medgym/medgym/services/verifier/verify"
 	"github.com/medgym/medgym/store"
 )
 
@@ -85,7 +85,7 @@ func (c Config) LogValue() slog.Value {
 }
 
 // Scoring are the verifier's reward settings. The service and `medgym
-// replay` both score through Scoring.options, so a setting cannot reach
+// replay` both score through Scoring.Options, so a setting cannot reach
 // one and not the other.
 type Scoring struct {
 	// FormatReward is added for episodes whose every turn parsed.
@@ -116,7 +116,7 @@ func (s Scoring) Validate() error {
 	return nil
 }
 
-func (s Scoring) options(mode verify.Mode) verify.Options {
+func (s Scoring) Options(mode verify.Mode) verify.Options {
 	return verify.Options{Mode: mode, FormatReward: s.FormatReward, GradedML: s.GradedML, WrongAnswerPenalty: s.WrongAnswerPenalty}
 }
 

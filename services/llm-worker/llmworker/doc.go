@@ -1,4 +1,4 @@
-// Package service wires the llm-worker to the bus: it consumes episode
+// Package llmworker is the llm-worker service, wired to the bus: it consumes episode
 // requests and checked observations and hands them to internal/worker,
 // which steps the episode (agent/episode) and decides what to re-publish
 // on a redelivery; this package adapts the episode-state bucket (large
@@ -6,4 +6,4 @@
 // interfaces internal/worker declares, and maps an observation for an
 // unknown episode to junk. The operator CLI runs it in-process; main.go
 // runs it as its own process.
-package service
+package llmworker

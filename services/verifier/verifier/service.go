@@ -1,4 +1,4 @@
-package service
+package verifier
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
-	"github.com/medgym/medgym/services/verifier/internal/verify"
+	"github.com/medgym/medgym/services/verifier/verify"
 	"github.com/medgym/medgym/store"
 	"github.com/medgym/medgym/tasks"
 )
@@ -157,7 +157,7 @@ func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
 		res.Error = joinErr(res.Error, "ground truth: "+err.Error())
 	} else {
 		var verdict string
-		sc.Outcome, sc.Reward, verdict = verify.Score(v.cfg.Scoring.options(mode), truth, res)
+		sc.Outcome, sc.Reward, verdict = verify.Score(v.cfg.Scoring.Options(mode), truth, res)
 		if sc.Outcome != schemas.OutcomeCorrect && verdict != "" {
 			res.Error = joinErr(res.Error, verdict)
 		}

@@ -1,4 +1,4 @@
-package service
+package sandboxworker
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/schemas"
-	"github.com/medgym/medgym/services/sandbox-worker/internal/sandbox"
+	"github.com/medgym/medgym/services/sandbox-worker/sandbox"
 )
 
 // Config of the sandbox-worker.
@@ -98,22 +98,4 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	log.Info("sandbox-worker running", "worker", cfg.Worker, "backend", st.Backend, "limits", st.Limits,
 		"seccomp", st.Seccomp, "concurrency", cfg.Concurrency)
 	return rt.Run(ctx)
-}
-
-// Sandbox configuration types, re-exported for the operator CLI.
-type (
-	SandboxConfig = sandbox.Config
-	Limits        = sandbox.Limits
-)
-
-// Exec runs one action in a fresh sandbox and releases it: the operator
-// CLI's `medgym sandbox exec`.
-func Exec(ctx context.Context, cfg SandboxConfig, req schemas.ActionRequest, log *slog.Logger) (schemas.ExecResult, error) {
-	sb, err := sandbox.New(ctx, cfg, log)
-	if err != nil {
-		return schemas.ExecResult{}, err
-	}
-	defer func() { _ = sb.Close() }()
-	defer func() { _ = sb.Release(req.Ref.EpisodeID) }()
-	return sb.Execute(ctx, req)
 }

@@ -1,18 +1,17 @@
-package service
+package llmworker
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/medgym/medgym/agent/episode"
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/schemas"
-	"github.com/medgym/medgym/services/llm-worker/internal/policy"
 	"github.com/medgym/medgym/services/llm-worker/internal/worker"
+	"github.com/medgym/medgym/services/llm-worker/policy"
 	"github.com/medgym/medgym/tasks"
 )
 
@@ -34,7 +33,7 @@ type Config struct {
 	LLM policy.ClientDefaults
 	// Debugger configures the model behind the debug action; its zero value
 	// uses each episode's own endpoint and model.
-	Debugger DebuggerConfig
+	Debugger policy.DebuggerConfig
 	// AckWait for the consumers (in-progress acks keep long steps alive).
 	AckWait time.Duration
 }
@@ -137,16 +136,3 @@ func (s stateStore) Update(ctx context.Context, st schemas.EpisodeState, rev uin
 	_, err := s.b.Update(ctx, st.Request.EpisodeID, st, rev)
 	return storeErr(err)
 }
-
-// ClientDefaults configures OpenAI-compatible clients (re-exported for the
-// operator CLI).
-type ClientDefaults = policy.ClientDefaults
-
-// DebuggerConfig configures the debug action's model (re-exported for the
-// operator CLI).
-type DebuggerConfig = policy.DebuggerConfig
-
-// HTTPClient returns a client trusting the system's CAs plus those in
-// caFile (nil for an empty caFile), as the worker's model clients do
-// (re-exported for the operator CLI's endpoint check).
-func HTTPClient(caFile string) (*http.Client, error) { return policy.HTTPClient(caFile) }

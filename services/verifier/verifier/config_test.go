@@ -1,4 +1,4 @@
-package service
+package verifier
 
 import (
 	"flag"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/medgym/medgym/services/verifier/internal/verify"
+	"github.com/medgym/medgym/services/verifier/verify"
 )
 
 // TestScoringReachesEveryOption: `medgym replay` once scored without
@@ -19,7 +19,7 @@ func TestScoringReachesEveryOption(t *testing.T) {
 	for i := range v.NumField() {
 		setNonZero(t, v.Field(i))
 	}
-	opt := sc.options(verify.Strict)
+	opt := sc.Options(verify.Strict)
 	ov := reflect.ValueOf(opt)
 	for i := range ov.NumField() {
 		if ov.Field(i).IsZero() {

@@ -1,4 +1,4 @@
-// Package service wires the verifier to the bus. It has two jobs:
+// Package verifier is the verifier service, wired to the bus. It has two jobs:
 //
 //   - per turn: check each code execution that asks for it against the
 //     ground truth (which lives here only) and pass the observation on to
@@ -11,4 +11,4 @@
 //     once. Once the store has refused every row of a run for
 //     Config.StoreGiveUp, the run's episodes it refuses are dead-lettered
 //     with its error, and the dispatcher fails the run with that reason.
-package service
+package verifier
