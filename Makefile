@@ -64,15 +64,9 @@ tidy:
 	@for m in $(MODULES); do (cd $$m && GOWORK=off go mod tidy -diff >/dev/null) || { echo "go mod tidy needed in $$m"; exit 1; }; done
 
 ## test: every check CI runs: gofmt, vet, go mod tidy, race tests (Docker backend included) of the
-<<<<<<< HEAD
-## packages and of the system tests, the Helm chart's render test, the sandbox on cgroup v2, every reference solution, bounded
-## fuzzing; prints each stage's time
-TEST_STAGES := setup-test library fmt vet tidy test-go test-system test-chart test-cgroup2 verify-all fuzz
-=======
-## packages and of the system tests, the compose deployment, the sandbox on cgroup v2, every reference solution, bounded
-## fuzzing; prints each stage's time
-TEST_STAGES := setup-test library fmt vet tidy test-go test-system test-compose test-cgroup2 verify-all fuzz
->>>>>>> compose
+## packages and of the system tests, the Helm chart's render test, the compose deployment, the sandbox on
+## cgroup v2, every reference solution, bounded fuzzing; prints each stage's time
+TEST_STAGES := setup-test library fmt vet tidy test-go test-system test-chart test-compose test-cgroup2 verify-all fuzz
 test:
 	@scripts/stages.sh $(TEST_STAGES)
 
