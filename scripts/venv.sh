@@ -5,6 +5,10 @@
 #   VENV=DIR        where (default: <repo>/.venv)
 #   VENV_LAYERS     requirement files in install order (default: requirements/train.txt)
 #   PYTHON          interpreter to base it on (default: /usr/bin/python3, else python3)
+#   VENV_BASE       a venv (brought up to date first with VENV_BASE_LAYERS, default requirements/train.txt) whose
+#                   packages this one sees below its own: a .pth file adds the base's site-packages after this venv's (the packages of
+#                   a layer shadow the base's), so a layer installs only what the base lacks. Chains: a base may
+#                   have a base. e.g. VENV=.venv-env VENV_BASE=.venv VENV_LAYERS=requirements/env-base.txt
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${VENV:-$root/.venv}
@@ -12,7 +16,15 @@ layers=${VENV_LAYERS:-requirements/train.txt}
 py=${PYTHON:-/usr/bin/python3}
 [ -x "$py" ] || py=$(command -v python3)
 
-want=$(cd "$root" && cat $layers | sha256sum | cut -d' ' -f1)
+base=${VENV_BASE:-}
+if [ -n "$base" ]; then
+  case $base in /*) ;; *) base=$root/$base ;; esac
+  [ "$(cd "$(dirname "$venv")" 2>/dev/null && pwd)/$(basename "$venv")" != "$base" ] || { echo "venv: VENV_BASE is VENV" >&2; exit 1; }
+  # The base's own base, if any, is the caller's business (make the chain from the bottom up).
+  VENV=$base VENV_BASE= VENV_LAYERS=${VENV_BASE_LAYERS:-requirements/train.txt} "$0"
+fi
+# What this venv is made of: its layers and, when layered, the base's path and what the base is made of.
+want=$( (cd "$root" && cat $layers; [ -z "$base" ] || { echo "base=$base"; cat "$base/.medgym-layers"; }) | sha256sum | cut -d' ' -f1)
 stamp=$venv/.medgym-layers
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$venv/bin/python" ]; then
   echo "venv: $venv is up to date"
@@ -22,9 +34,16 @@ start=$(date +%s)
 if [ ! -x "$venv/bin/python" ]; then
   "$py" -m venv "$venv" || { echo "venv: $py -m venv failed (Debian: apt-get install python3-venv)" >&2; exit 1; }
 fi
+if [ -n "$base" ]; then
+  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  basesite=$("$base/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  # An "import" line of a .pth file runs at start-up; addsitedir also reads the base's own .pth files (its base,
+  # its editable installs).
+  echo "import site; site.addsitedir('$basesite')" > "$site/_medgym_base.pth"
+fi
 for f in $layers; do
   echo "venv: installing $f"
   "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$root/$f"
 done
 echo "$want" > "$stamp"
-echo "venv: $venv ready in $(( $(date +%s) - start ))s ($("$venv/bin/python" -c 'import torch, transformers, peft; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)'))"
+echo "venv: $venv ready in $(( $(date +%s) - start ))s ($("$venv/bin/python" -c 'import torch, transformers, peft; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)' 2>/dev/null || echo "no torch"))"
