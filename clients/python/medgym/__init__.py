@@ -51,3 +51,11 @@ def _register_gym() -> None:
 
 
 _register_gym()
+
+
+def load_environment(**kwargs):
+    """The verifiers / prime-rl entry point, so ``verifiers.load_environment("medgym", base_url=..., dataset=...)``
+    finds medgym: see :func:`medgym.verifiers_env.load_environment` (imports verifiers)."""
+    from .verifiers_env import load_environment as _load
+
+    return _load(**kwargs)
