@@ -9,6 +9,7 @@ require (
 	github.com/medgym/medgym/schemas v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/schemas/parquet v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/services/dispatcher v0.0.0-00010101000000-000000000000
+	github.com/medgym/medgym/services/env v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/services/llm-worker v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/services/sandbox-worker v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/services/verifier v0.0.0-00010101000000-000000000000
@@ -113,6 +114,7 @@ replace (
 	github.com/medgym/medgym/schemas => ../../schemas
 	github.com/medgym/medgym/schemas/parquet => ../../schemas/parquet
 	github.com/medgym/medgym/services/dispatcher => ../../services/dispatcher
+	github.com/medgym/medgym/services/env => ../../services/env
 	github.com/medgym/medgym/services/llm-worker => ../../services/llm-worker
 	github.com/medgym/medgym/services/sandbox-worker => ../../services/sandbox-worker
 	github.com/medgym/medgym/services/verifier => ../../services/verifier

@@ -20,6 +20,7 @@ const usage = `medgym: an environment for LLM agents doing biomedical data scien
 Usage:
   medgym run      [flags]   run episodes (embedded JetStream and services unless --nats)
   medgym serve    [flags]   run every service in one process against --nats
+  medgym env      serve|views [flags]   the environment API (HTTP sessions for RL frameworks; embedded defaults unless --nats)
   medgym cancel   [--drop] [--nats URL] RUN   stop a run: publish nothing more, let episodes in flight finish (or drop them)
   medgym tasks    stats|show|verify|list [flags]
   medgym sandbox  exec [flags] < code.py
@@ -55,6 +56,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdRun(ctx, rest, stdout, stderr)
 	case "serve":
 		return cmdServe(ctx, rest, stderr)
+	case "env":
+		return cmdEnv(ctx, rest, stdout, stderr)
 	case "cancel":
 		return cmdCancel(ctx, rest, stdout, stderr)
 	case "tasks":
