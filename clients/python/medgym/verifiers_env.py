@@ -18,6 +18,7 @@ prompts file (``prompts="out/prompts/medcalcbench_test.jsonl"``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -59,18 +60,20 @@ class MedGymEnv(vf.MultiTurnEnv):
         kwargs.setdefault("rubric", rubric())
         super().__init__(**kwargs)
         self._client: AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
 
-    @property
-    def client_api(self) -> AsyncClient:
-        if self._client is None:
-            self._client = AsyncClient(self.medgym_url, token=self.medgym_token)
+    def _api(self) -> AsyncClient:
+        # One client per event loop: an httpx pool cannot outlive its loop, and evaluate_sync runs a loop per call.
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            self._client, self._client_loop = AsyncClient(self.medgym_url, token=self.medgym_token), loop
         return self._client
 
     async def setup_state(self, state: vf.State) -> vf.State:
         info = state.get("info") or {}
         if isinstance(info, str):
             info = json.loads(info)
-        sess = await self.client_api.session(_adapt.task_id(info), **self.medgym_options)
+        sess = await self._api().session(_adapt.task_id(info), **self.medgym_options)
         state[STATE_KEY] = {"session": sess, "session_id": sess.id, "reward": 0.0, "outcome": None,
                             "run_id": sess.created.get("run_id"), "episode_id": sess.created.get("episode_id")}
         state["prompt"] = vf.utils.message_utils.normalize_messages(
@@ -101,15 +104,15 @@ def task_rows(base_url: str, *, token: str | None = None, dataset: str | None = 
               num_examples: int = -1, prompts: str | None = None) -> Dataset:
     """The rows a :class:`MedGymEnv` plays: from a ``medgym export`` prompts file (.jsonl or .parquet), else from the
     server's task list. Each has ``prompt`` (placeholder question when listed: the session's prompt replaces it),
-    ``info.task_id`` and ``task: medgym``."""
+    and ``info.task_id``."""
     if prompts:
         ds = Dataset.from_parquet(prompts) if prompts.endswith(".parquet") else Dataset.from_json(prompts)
-        rows = [{"prompt": r["prompt"], "info": {"task_id": r["task_id"]}, "task": "medgym"} for r in ds]
+        rows = [{"prompt": r["prompt"], "info": {"task_id": r["task_id"]}} for r in ds]
     else:
         with Client(base_url, token=token) as c:
             views = c.tasks(dataset=dataset, split=split, limit=num_examples if num_examples > 0 else None)
-        rows = [{"prompt": [{"role": "user", "content": v.get("question", "")}], "info": {"task_id": v["id"]},
-                 "task": "medgym"} for v in views]
+        rows = [{"prompt": [{"role": "user", "content": v.get("question", "")}], "info": {"task_id": v["id"]}}
+                for v in views]
     if num_examples > 0:
         rows = rows[:num_examples]
     if not rows:

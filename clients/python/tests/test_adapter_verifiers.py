@@ -30,24 +30,26 @@ def test_verifiers_rollouts_score_with_medgym_rubric(medgym_server, fake_model, 
 
 
 def test_verifiers_unfinished_rollout_is_closed_and_stored(medgym_server, tmp_path, monkeypatch):
-    # verifiers' own turn limit (1) stops the rollout before medgym's episode ends: the cleanup closes the session,
-    # so the episode is scored (0: no answer) and stored, and the rubric says 0.
+    # A rollout that stops before medgym's episode ends (here: verifiers' turn limit of 1 after an unparseable
+    # reply): the cleanup hook closes the session, so the episode is scored (0: no answer) and stored, and the
+    # rubric's reward is 0. The hooks are called as verifiers' rollout calls them.
     import asyncio
 
     url, store = medgym_server
     env = vf.load_environment("medgym", base_url=url, num_examples=1, dataset="medcalcbench", split="test",
                               max_turns=1)
     assert env.max_turns == 1
-
-
-    monkeypatch.setenv("MEDGYM_TEST_MODEL_KEY", "unused")
     row = env.get_eval_dataset(n=1)[0]
-    state = {"info": row["info"], "prompt": row["prompt"]}
-    state = asyncio.run(env.setup_state(state))
-    sess = state["medgym"]["session"]
-    out = asyncio.run(env.env_response([{"role": "assistant", "content": "not an action"}], state))
-    assert out and out[0]["role"] == "user" and state.get("final_env_response") is None
-    asyncio.run(env.close_medgym_session(state))
+
+    async def play():
+        state = await env.setup_state({"info": row["info"], "prompt": row["prompt"]})
+        sess = state["medgym"]["session"]
+        out = await env.env_response([{"role": "assistant", "content": "not an action"}], state)
+        assert out and out[0]["role"] == "user" and state.get("final_env_response") is None
+        await env.close_medgym_session(state)
+        return state, sess
+
+    state, sess = asyncio.run(play())
     assert sess.closed is not None and state["medgym"]["reward"] == 0.0
     rows = [r for r in wait_rows(store, sess.created["run_id"], 1) if r["episode_id"] == sess.created["episode_id"]]
     assert len(rows) == 1
