@@ -7,7 +7,7 @@ TOOLS   ?= $(HOME)/.cache/medgym/bin
 export MEDGYM_TOOLS := $(TOOLS)
 SERVICES := dispatcher llm-worker sandbox-worker verifier trainer
 
-.PHONY: all setup setup-test venv build library demo test test-go test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
+.PHONY: all setup setup-test venv build library demo test test-adapters test-go test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
 
 all: build
 
@@ -59,9 +59,14 @@ tidy:
 
 ## test: every check CI runs: gofmt, vet, go mod tidy, race tests (Docker backend included),
 ## the sandbox on cgroup v2, every reference solution, bounded fuzzing; prints each stage's time
-TEST_STAGES := setup-test library fmt vet tidy test-go test-cgroup2 verify-all fuzz
+TEST_STAGES := setup-test library fmt vet tidy test-go test-adapters test-cgroup2 verify-all fuzz
 test:
 	@scripts/stages.sh $(TEST_STAGES)
+
+## test-adapters: the SkyRL-gym, verifiers, verl and OpenRLHF adapters (clients/python), each in its framework's
+## venv layer (requirements/env-*.txt; built once, then a no-op), against a live medgym env serve
+test-adapters: build library
+	scripts/test-adapters.sh
 
 ## test-cgroup2: the sandbox's cgroup tests and abuse suite on a cgroup v2 kernel (a QEMU VM)
 test-cgroup2: setup-test

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# test-adapters.sh: the SkyRL-gym, verifiers, verl and OpenRLHF adapters' tests (clients/python/tests/
+# test_adapter_<framework>.py), each in its framework's venv: a layer over .venv (requirements/env-<framework>.txt,
+# made by venv.sh as .venv-<framework>, a no-op while the layer is unchanged), all against one live
+# `bin/medgym env serve` started here on a free loopback port with a temporary store. MEDGYM_REQUIRE makes a
+# framework missing from its venv a failure, not a skip. Prints each venv's and each run's time.
+#   FRAMEWORKS   which (default: skyrl verifiers verl openrlhf)
+#   VENV_BASE    the base venv the layers sit on (default: <repo>/.venv, made by `make venv`)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+frameworks=${FRAMEWORKS:-skyrl verifiers verl openrlhf}
+base=${VENV_BASE:-$root/.venv}
+export MEDGYM_LIBRARY=${MEDGYM_LIBRARY:-$root/build/library}
+[ -x bin/medgym ] || { echo "test-adapters: bin/medgym is missing: make build" >&2; exit 1; }
+
+for fw in $frameworks; do
+  start=$(date +%s)
+  VENV=$root/.venv-$fw VENV_BASE=$base VENV_LAYERS=requirements/env-$fw.txt scripts/venv.sh
+  echo "test-adapters: .venv-$fw ready in $(( $(date +%s) - start ))s"
+done
+
+tmp=$(mktemp -d /tmp/medgym-adapters.XXXXXX)
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+bin/medgym env serve --addr "127.0.0.1:$port" --store "$tmp/store" --state "$tmp/state" \
+  --library "$MEDGYM_LIBRARY" --dataset medcalcbench >"$tmp/server.log" 2>&1 &
+server=$!
+cleanup() { kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+for _ in $(seq 1 600); do
+  curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
+  kill -0 "$server" 2>/dev/null || { cat "$tmp/server.log"; echo "test-adapters: medgym env serve exited" >&2; exit 1; }
+  sleep 0.3
+done
+curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null || { cat "$tmp/server.log"; exit 1; }
+
+status=0
+for fw in $frameworks; do
+  start=$(date +%s)
+  MEDGYM_URL="http://127.0.0.1:$port" MEDGYM_STORE="$tmp/store" MEDGYM_REQUIRE=$fw PYTHONPATH=$root/clients/python \
+    "$root/.venv-$fw/bin/python" -m pytest -q -p no:cacheprovider "clients/python/tests/test_adapter_$fw.py" || status=1
+  echo "test-adapters: $fw tests in $(( $(date +%s) - start ))s"
+done
+exit $status
