@@ -58,15 +58,15 @@ var suites = []suite{
 		{What: "docker with a ready pool: first turn p50 (ms)", Num: "BenchmarkPandasGroupby/docker-pool", Unit: "p50-ms"},
 		{What: "docker with a ready pool: episodes served by a pooled container", Num: "BenchmarkPandasGroupby/docker-pool", Unit: "pool-hits/op"},
 	}},
-	{Name: "pipeline", Pkg: "./cmd/medgym", Bench: "BenchmarkPipelineOverhead", Benchtime: "1x", Show: []ratio{
+	{Name: "pipeline", Pkg: "./systemtest", Bench: "BenchmarkPipelineOverhead", Benchtime: "1x", Show: []ratio{
 		{What: "pipeline overhead per turn, p50 (ms)", Num: "BenchmarkPipelineOverhead", Unit: "overhead-p50-ms"},
 		{What: "pipeline overhead per turn, p95 (ms)", Num: "BenchmarkPipelineOverhead", Unit: "overhead-p95-ms"},
 	}},
-	{Name: "scaling", Pkg: "./cmd/medgym", Bench: "BenchmarkSandboxScaling", Benchtime: "1x", Ratios: []ratio{
+	{Name: "scaling", Pkg: "./systemtest", Bench: "BenchmarkSandboxScaling", Benchtime: "1x", Ratios: []ratio{
 		{"episodes/s, 2 sandbox-worker processes / 1", "BenchmarkSandboxScaling", "BenchmarkSandboxScaling", "episodes/s-2w|episodes/s-1w"},
 		{"episodes/s, 4 sandbox-worker processes / 1", "BenchmarkSandboxScaling", "BenchmarkSandboxScaling", "episodes/s-4w|episodes/s-1w"},
 	}},
-	{Name: "concurrency", Pkg: "./cmd/medgym", Bench: "BenchmarkConcurrentEpisodes", Benchtime: "1x", Show: []ratio{
+	{Name: "concurrency", Pkg: "./systemtest", Bench: "BenchmarkConcurrentEpisodes", Benchtime: "1x", Show: []ratio{
 		{What: "model requests in flight at once, of 1,000 episodes", Num: "BenchmarkConcurrentEpisodes", Unit: "peak-model-requests"},
 		{What: "llm-worker peak RSS (MiB) with 1,000 episodes in flight", Num: "BenchmarkConcurrentEpisodes", Unit: "peak-MiB-llm-worker"},
 	}},
