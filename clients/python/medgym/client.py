@@ -130,10 +130,10 @@ class _Protocol:
         return _Request("GET", "/v1/tasks", _IDEMPOTENT, params=params)
 
     @staticmethod
-    def _create(task_id: str, options: dict[str, Any]) -> _Request:
+    def _create(task_id: str, dataset: str | None, split: str | None, options: dict[str, Any]) -> _Request:
         if not task_id:
             raise ValueError("medgym: task_id is required")
-        body: dict[str, Any] = {"task_id": task_id}
+        body: dict[str, Any] = _drop_none({"task_id": task_id, "dataset": dataset, "split": split})
         opts = _drop_none(options)
         if opts:
             body["options"] = opts
@@ -162,6 +162,14 @@ class _Protocol:
             }
         )
         return _Request("POST", f"/v1/sessions/{_seg(session_id)}/step", _IDEMPOTENT, body=body)
+
+    @staticmethod
+    def _status(session_id: str) -> _Request:
+        return _Request("GET", f"/v1/sessions/{_seg(session_id)}", _IDEMPOTENT)
+
+    @staticmethod
+    def _health() -> _Request:
+        return _Request("GET", "/healthz", _IDEMPOTENT)
 
     @staticmethod
     def _close(session_id: str) -> _Request:
@@ -282,10 +290,22 @@ class Client(_Protocol):
         """Task ids and their agent-visible views (never ground truth)."""
         return self._call(self._tasks(dataset, split, limit, offset))["tasks"]
 
-    def create_session(self, task_id: str, **options: Any) -> dict[str, Any]:
-        """Start an episode of task_id: ``{session_id, messages, tools}``. options: max_turns, end_on, verifier_mode,
-        seed, run_id, tags, reward (None values are left out)."""
-        return self._call(self._create(task_id, options))
+    def create_session(
+        self, task_id: str, *, dataset: str | None = None, split: str | None = None, **options: Any
+    ) -> dict[str, Any]:
+        """Start an episode of task_id: ``{session_id, run_id, episode_id, task, messages, tools, turn, max_turns}``.
+        dataset and split are needed only when the id is ambiguous. options (None values are left out): max_turns,
+        end_on, verifier_mode, show_verdict, loop_guard, action_timeout_sec, episode_timeout_sec, compat, seed,
+        temperature, model, run_id, tags, reward."""
+        return self._call(self._create(task_id, dataset, split, options))
+
+    def session_status(self, session_id: str) -> dict[str, Any]:
+        """The session as the server keeps it (turn, done, outcome, reward, messages, row, ...)."""
+        return self._call(self._status(session_id))
+
+    def health(self) -> dict[str, Any]:
+        """``GET /healthz``: ``{status, live_sessions}``."""
+        return self._call(self._health())
 
     def step(
         self,
@@ -311,7 +331,7 @@ class Client(_Protocol):
         return self._call(self._openapi())
 
     def session(self, task_id: str, **options: Any) -> "Session":
-        """A new :class:`Session` of task_id that counts its turns."""
+        """A new :class:`Session` of task_id (arguments as :meth:`create_session`) that counts its turns."""
         return Session(self, self.create_session(task_id, **options))
 
 
@@ -371,9 +391,19 @@ class AsyncClient(_Protocol):
         """See :meth:`Client.tasks`."""
         return (await self._call(self._tasks(dataset, split, limit, offset)))["tasks"]
 
-    async def create_session(self, task_id: str, **options: Any) -> dict[str, Any]:
+    async def create_session(
+        self, task_id: str, *, dataset: str | None = None, split: str | None = None, **options: Any
+    ) -> dict[str, Any]:
         """See :meth:`Client.create_session`."""
-        return await self._call(self._create(task_id, options))
+        return await self._call(self._create(task_id, dataset, split, options))
+
+    async def session_status(self, session_id: str) -> dict[str, Any]:
+        """See :meth:`Client.session_status`."""
+        return await self._call(self._status(session_id))
+
+    async def health(self) -> dict[str, Any]:
+        """See :meth:`Client.health`."""
+        return await self._call(self._health())
 
     async def step(
         self,
@@ -406,14 +436,15 @@ class AsyncClient(_Protocol):
 class _SessionState:
     """One episode as the client sees it: the session's id, prompt and tools, the next turn, and the last answer."""
 
-    first_turn = 0
-
     def __init__(self, created: dict[str, Any]) -> None:
         self.id: str = created["session_id"]
+        self.run_id: str | None = created.get("run_id")
+        self.episode_id: str | None = created.get("episode_id")
+        self.task: dict[str, Any] = dict(created.get("task") or {})
         self.messages: list[dict[str, Any]] = list(created.get("messages") or [])
         self.tools: list[dict[str, Any]] = list(created.get("tools") or [])
         self.created = created
-        self.turn = self.first_turn
+        self.turn: int = int(created.get("turn") or 0)
         self.done = False
         self.closed: dict[str, Any] | None = None
         self.last: StepResult | None = None

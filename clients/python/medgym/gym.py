@@ -124,9 +124,10 @@ class MedGymEnv(gymnasium.Env[str, str]):
             raise TypeError(f"MedGymEnv: an action is the model's reply as str, got {type(action).__name__}")
         r: StepResult = self.session.step(action)
         self._last_obs = r.observation
-        info = dict(r.info)
-        info["session_id"] = self.session.id
-        return r.observation, r.reward, r.done, r.truncated, info
+        # info is the server's (outcome, action, parse_error, verdict, turn, and at done the stored row); the
+        # session's id is in reset's info and env.session: a step's info holds nothing that differs between two
+        # plays of the same seed and actions (gymnasium's determinism check).
+        return r.observation, r.reward, r.done, r.truncated, dict(r.info)
 
     def render(self) -> str | None:
         if self.render_mode == "ansi":
