@@ -1,7 +1,7 @@
 """Live parts the framework adapters' tests play against (imported by the test_adapter_*.py files):
 
 - ``medgym_server``: $MEDGYM_URL (with its store $MEDGYM_STORE) when the make stage started a server, else a
-  ``bin/medgym env serve`` this module starts on a free port with a temporary store;
+  ``bin/medgym env serve`` started by the client suite's conftest (``start_server``) offering DATASET;
 - ``fake_model``: ``bin/medgym fake-llm --policy reference --p-correct 1``, an OpenAI-compatible test model that replies
   with each task's reference solution (the model side: the adapters and the frameworks are the real ones);
 - helpers: the model's reply to a conversation, the trajectory rows a run stored, the export of a few tasks.
@@ -12,12 +12,10 @@ instead of a skip, so a stage whose venv lost its framework cannot pass by skipp
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -26,7 +24,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+from conftest import ROOT, free_port, medgym_bin, read_rows, start_server
+
 DATASET = "medcalcbench"
 SPLIT = "test"
 
@@ -40,19 +39,6 @@ def framework(name: str, module: str):
         if required:
             raise
         pytest.skip(f"{name} is not installed in this venv ({e}); its stage runs in .venv-{name}", allow_module_level=True)
-
-
-def medgym_bin() -> str:
-    b = os.environ.get("MEDGYM_BIN") or str(REPO / "bin" / "medgym")
-    if not os.access(b, os.X_OK):
-        pytest.fail(f"no medgym binary at {b}: run `make build` (or set MEDGYM_BIN)")
-    return b
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
@@ -69,55 +55,38 @@ def _wait(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> 
     raise RuntimeError(f"{url} did not come up in {timeout}s:\n{log.read_text()[-4000:]}")
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 @pytest.fixture(scope="session")
-def medgym_server():
-    """(url, store dir) of a live `medgym env serve`."""
+def medgym_server(tmp_path_factory):
+    """(url, store dir) of a live `medgym env serve`: $MEDGYM_URL (store $MEDGYM_STORE) when given, else one started
+    here by the client suite's conftest (offering DATASET)."""
     if os.environ.get("MEDGYM_URL"):
         yield os.environ["MEDGYM_URL"].rstrip("/"), os.environ.get("MEDGYM_STORE")
         return
-    tmp = Path(tempfile.mkdtemp(prefix="medgym-adapters-"))
-    port = _free_port()
-    log = tmp / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [medgym_bin(), "env", "serve", "--addr", f"127.0.0.1:{port}", "--store", str(tmp / "store"),
-             "--state", str(tmp / "state")],
-            stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
-    url = f"http://127.0.0.1:{port}"
+    srv = start_server(tmp_path_factory.mktemp("adapters-env-serve"), "--dataset", DATASET)
     try:
-        _wait(url + "/healthz", proc, log)
-        yield url, str(tmp / "store")
+        yield srv.url, str(srv.store)
     finally:
-        _stop(proc)
-        shutil.rmtree(tmp, ignore_errors=True)
+        srv.stop()
 
 
 @pytest.fixture(scope="session")
 def fake_model():
     """Base URL (…/v1) of the reference-policy test model."""
     tmp = Path(tempfile.mkdtemp(prefix="medgym-fake-llm-"))
-    port = _free_port()
+    port = free_port()
     log = tmp / "fake.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [medgym_bin(), "fake-llm", "--addr", f"127.0.0.1:{port}", "--policy", "reference", "--p-correct", "1",
+            [str(medgym_bin()), "fake-llm", "--addr", f"127.0.0.1:{port}", "--policy", "reference", "--p-correct", "1",
              "--dataset", DATASET],
-            stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+            stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     url = f"http://127.0.0.1:{port}/v1"
     try:
         _wait(url + "/models", proc, log)
         yield url
     finally:
-        _stop(proc)
+        proc.terminate()
+        proc.wait(20)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -129,15 +98,10 @@ def model_reply(model_url: str, messages: list[dict]) -> str:
 
 
 def stored_rows(store: str | None, run_id: str) -> list[dict]:
-    """The trajectory rows run_id stored (pyarrow over the store's Parquet files)."""
+    """The trajectory rows run_id stored."""
     if not store:
         pytest.fail("the server's store is unknown: set MEDGYM_STORE with MEDGYM_URL")
-    import pyarrow.parquet as pq
-
-    rows = []
-    for f in sorted(glob.glob(os.path.join(store, "trajectories", f"run={run_id}", "**", "*.parquet"), recursive=True)):
-        rows.extend(pq.read_table(f).to_pylist())
-    return rows
+    return read_rows(Path(store), run_id)
 
 
 def wait_rows(store: str | None, run_id: str, n: int, timeout: float = 60) -> list[dict]:
@@ -153,8 +117,8 @@ def wait_rows(store: str | None, run_id: str, n: int, timeout: float = 60) -> li
 
 def export(tmp: Path, limit: int = 2) -> Path:
     """`medgym export` of the first `limit` tasks of DATASET/SPLIT into tmp."""
-    subprocess.run([medgym_bin(), "export", "--dataset", DATASET, "--split", SPLIT, "--limit", str(limit),
-                    "--out", str(tmp)], check=True, cwd=REPO, capture_output=True)
+    subprocess.run([str(medgym_bin()), "export", "--dataset", DATASET, "--split", SPLIT, "--limit", str(limit),
+                    "--out", str(tmp)], check=True, cwd=ROOT, capture_output=True)
     return tmp
 
 
