@@ -35,6 +35,9 @@ done
 curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null || { cat "$tmp/server.log"; exit 1; }
 
 status=0
+first=${frameworks%% *}
+PYTHONPATH=$root/clients/python "$root/.venv-$first/bin/python" -m pytest -q -p no:cacheprovider \
+  clients/python/tests/test_adapters_common.py || status=1
 for fw in $frameworks; do
   start=$(date +%s)
   MEDGYM_URL="http://127.0.0.1:$port" MEDGYM_STORE="$tmp/store" MEDGYM_REQUIRE=$fw PYTHONPATH=$root/clients/python \
