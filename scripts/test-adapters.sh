@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # test-adapters.sh: the SkyRL-gym, verifiers, verl and OpenRLHF adapters' tests (clients/python/tests/
 # test_adapter_<framework>.py), each in its framework's venv: a layer over .venv (requirements/env-<framework>.txt,
-# made by venv.sh as .venv-<framework>, a no-op while the layer is unchanged), all against one live
+# made by venv.sh under $ADAPTERS_VENVS, a no-op while the layer is unchanged), all against one live
 # `bin/medgym env serve` started here on a free loopback port with a temporary store. MEDGYM_REQUIRE makes a
 # framework missing from its venv a failure, not a skip. Prints each venv's and each run's time.
 #   FRAMEWORKS   which (default: skyrl verifiers verl openrlhf)
-#   VENV_BASE    the base venv the layers sit on (default: <repo>/.venv, made by `make venv`)
+#   VENV_BASE      the base venv the layers sit on (default: <repo>/.venv, made by `make venv`)
+#   ADAPTERS_VENVS where the layers live (default: ~/.cache/medgym/venvs, as <framework>-<hash of its file>)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -14,10 +15,19 @@ base=${VENV_BASE:-$root/.venv}
 export MEDGYM_LIBRARY=${MEDGYM_LIBRARY:-$root/build/library}
 [ -x bin/medgym ] || { echo "test-adapters: bin/medgym is missing: make build" >&2; exit 1; }
 
+# The layers live outside the checkout, named by their requirement file's hash, so a fresh clone (CI) finds them
+# built: venv.sh then only re-points them at this checkout's base (~30 s instead of minutes); a changed file makes
+# a new venv (no packages left over from the old one) and the old one is removed.
+venvs=${ADAPTERS_VENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/medgym/venvs}
+mkdir -p "$venvs"
+declare -A py
 for fw in $frameworks; do
   start=$(date +%s)
-  VENV=$root/.venv-$fw VENV_BASE=$base VENV_LAYERS=requirements/env-$fw.txt scripts/venv.sh
-  echo "test-adapters: .venv-$fw ready in $(( $(date +%s) - start ))s"
+  want=$fw-$(sha256sum "requirements/env-$fw.txt" | cut -c1-12)
+  for old in "$venvs/$fw"-*; do [ "$old" = "$venvs/$want" ] || [ ! -d "$old" ] || rm -rf "$old"; done
+  VENV=$venvs/$want VENV_BASE=$base VENV_LAYERS=requirements/env-$fw.txt scripts/venv.sh
+  py[$fw]=$venvs/$want/bin/python
+  echo "test-adapters: $venvs/$want ready in $(( $(date +%s) - start ))s"
 done
 
 tmp=$(mktemp -d /tmp/medgym-adapters.XXXXXX)
@@ -36,12 +46,12 @@ curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null || { cat "$tmp/server.log"
 
 status=0
 first=${frameworks%% *}
-PYTHONPATH=$root/clients/python "$root/.venv-$first/bin/python" -m pytest -q -p no:cacheprovider \
+PYTHONPATH=$root/clients/python "${py[$first]}" -m pytest -q -p no:cacheprovider \
   clients/python/tests/test_adapters_common.py || status=1
 for fw in $frameworks; do
   start=$(date +%s)
   MEDGYM_URL="http://127.0.0.1:$port" MEDGYM_STORE="$tmp/store" MEDGYM_REQUIRE=$fw PYTHONPATH=$root/clients/python \
-    "$root/.venv-$fw/bin/python" -m pytest -q -p no:cacheprovider "clients/python/tests/test_adapter_$fw.py" || status=1
+    "${py[$fw]}" -m pytest -q -p no:cacheprovider "clients/python/tests/test_adapter_$fw.py" || status=1
   echo "test-adapters: $fw tests in $(( $(date +%s) - start ))s"
 done
 exit $status
