@@ -49,7 +49,7 @@ var suites = []suite{
 		{"episodes stored per second, 256 per Write (the verifier's Batcher) / one per Write", "BenchmarkWrite/batch-256", "BenchmarkWrite/batch-1", "rows/s"},
 		{"bytes on disk per episode, one per Write / 256 per Write", "BenchmarkWrite/batch-1", "BenchmarkWrite/batch-256", "disk-B/row"},
 	}},
-	{Name: "sandbox", Pkg: "./services/sandbox-worker/internal/sandbox", Bench: "BenchmarkPandasGroupby", Benchtime: "1x", Ratios: []ratio{
+	{Name: "sandbox", Pkg: "./services/sandbox-worker/sandbox", Bench: "BenchmarkPandasGroupby", Benchtime: "1x", Ratios: []ratio{
 		{"pandas action p50, cold bwrap / warm pool", "BenchmarkPandasGroupby/cold", "BenchmarkPandasGroupby/warm", "p50-ms"},
 		{"pandas action p50 on an episode's second turn, docker / warm pool", "BenchmarkPandasGroupby/docker", "BenchmarkPandasGroupby/warm", "turn2-p50-ms"},
 		{"pandas action p50 on an episode's first turn (docker: container start), docker / cold bwrap", "BenchmarkPandasGroupby/docker", "BenchmarkPandasGroupby/cold", "p50-ms"},

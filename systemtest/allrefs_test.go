@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/medgym/medgym/schemas"
-	verifier "github.com/medgym/medgym/services/verifier/service"
+	"github.com/medgym/medgym/services/verifier/verify"
 	"github.com/medgym/medgym/tasks"
 )
 
@@ -76,7 +76,7 @@ func TestEveryReferenceSolution(t *testing.T) {
 			if !r.OK {
 				st = schemas.StatusError
 			}
-			c := verifier.CheckOutput("strict", ds, task.Truth, schemas.ExecResult{Status: st, Stdout: r.Stdout, Files: r.Files})
+			c := verify.CheckOutput(verify.Strict, ds, task.Truth, schemas.ExecResult{Status: st, Stdout: r.Stdout, Files: r.Files})
 			// An abstention is accepted as final on any task that offers
 			// it; a reference abstains exactly on the unanswerable ones.
 			abstained := strings.EqualFold(strings.TrimSpace(c.Answer), schemas.AbstainAnswer)

@@ -21,7 +21,8 @@ import (
 	"github.com/medgym/medgym/cmd/medgym/cli"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/services/llm-worker/fakellm"
-	llmworker "github.com/medgym/medgym/services/llm-worker/service"
+	"github.com/medgym/medgym/services/llm-worker/llmworker"
+	"github.com/medgym/medgym/services/llm-worker/policy"
 	"github.com/medgym/medgym/tasks"
 )
 
@@ -405,7 +406,7 @@ func (p *pipeline) llmWorker(t *testing.T, ctx context.Context, name, llmURL str
 	go func() {
 		done <- llmworker.Run(wctx, p.conn, llmworker.Config{
 			DataRoot: p.f.Data, LibraryDir: p.f.Library, Worker: name, AckWait: 2 * time.Second,
-			LLM: llmworker.ClientDefaults{DefaultBaseURL: llmURL, MaxRetries: 2, MaxRetryWait: 10 * time.Millisecond},
+			LLM: policy.ClientDefaults{DefaultBaseURL: llmURL, MaxRetries: 2, MaxRetryWait: 10 * time.Millisecond},
 		}, cli.NewLogger(io.Discard, "error"))
 	}()
 	return func() {

@@ -10,10 +10,10 @@ import (
 
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/cmd/medgym/cli"
-	dispatcher "github.com/medgym/medgym/services/dispatcher/service"
-	llmworker "github.com/medgym/medgym/services/llm-worker/service"
-	sandboxworker "github.com/medgym/medgym/services/sandbox-worker/service"
-	verifier "github.com/medgym/medgym/services/verifier/service"
+	"github.com/medgym/medgym/services/dispatcher/dispatcher"
+	"github.com/medgym/medgym/services/llm-worker/llmworker"
+	"github.com/medgym/medgym/services/sandbox-worker/sandboxworker"
+	"github.com/medgym/medgym/services/verifier/verifier"
 )
 
 // goServices runs the CLI's in-process services, built from f as `medgym

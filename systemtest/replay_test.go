@@ -14,7 +14,7 @@ import (
 
 	"github.com/medgym/medgym/cmd/medgym/cli"
 	"github.com/medgym/medgym/schemas/parquet"
-	verifier "github.com/medgym/medgym/services/verifier/service"
+	"github.com/medgym/medgym/services/verifier/verify"
 )
 
 // rewriteRun rewrites every Parquet file of a run in a directory store,
@@ -131,7 +131,7 @@ func TestReplayDeterminism(t *testing.T) {
 	if err != nil {
 		t.Fatalf("replay --write: %v\n%s%s", err, out, errOut)
 	}
-	cur := verifier.Version("strict")
+	cur := verify.VersionFor(verify.Strict)
 	m := regexp.MustCompile(`run (\S+): 5 episode\(s\) re-scored by ` + regexp.QuoteMeta(cur)).FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("replay --write output:\n%s", out)

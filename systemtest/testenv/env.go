@@ -20,11 +20,11 @@ import (
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/bus/embedded"
 	"github.com/medgym/medgym/schemas"
-	dispatcher "github.com/medgym/medgym/services/dispatcher/service"
+	"github.com/medgym/medgym/services/dispatcher/dispatcher"
 	"github.com/medgym/medgym/services/llm-worker/fakellm"
-	llmworker "github.com/medgym/medgym/services/llm-worker/service"
-	sandboxworker "github.com/medgym/medgym/services/sandbox-worker/service"
-	verifier "github.com/medgym/medgym/services/verifier/service"
+	"github.com/medgym/medgym/services/llm-worker/llmworker"
+	"github.com/medgym/medgym/services/sandbox-worker/sandboxworker"
+	"github.com/medgym/medgym/services/verifier/verifier"
 	"github.com/medgym/medgym/tasks"
 )
 

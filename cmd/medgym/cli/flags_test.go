@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/medgym/medgym/bus"
-	dispatcher "github.com/medgym/medgym/services/dispatcher/service"
-	llmworker "github.com/medgym/medgym/services/llm-worker/service"
-	sandboxworker "github.com/medgym/medgym/services/sandbox-worker/service"
-	verifier "github.com/medgym/medgym/services/verifier/service"
+	"github.com/medgym/medgym/services/dispatcher/dispatcher"
+	"github.com/medgym/medgym/services/llm-worker/llmworker"
+	"github.com/medgym/medgym/services/sandbox-worker/sandboxworker"
+	"github.com/medgym/medgym/services/verifier/verifier"
 )
 
 func newTestFlagSet() *flag.FlagSet {

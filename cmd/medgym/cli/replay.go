@@ -15,8 +15,10 @@ import (
 	"github.com/medgym/medgym/cmd/medgym/internal/replay"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
-	sandboxworker "github.com/medgym/medgym/services/sandbox-worker/service"
-	verifier "github.com/medgym/medgym/services/verifier/service"
+	"github.com/medgym/medgym/services/sandbox-worker/sandbox"
+	"github.com/medgym/medgym/services/sandbox-worker/sandboxworker"
+	"github.com/medgym/medgym/services/verifier/verifier"
+	"github.com/medgym/medgym/services/verifier/verify"
 	"github.com/medgym/medgym/store"
 	"github.com/medgym/medgym/tasks"
 )
@@ -43,8 +45,8 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	data := fs.String("data", tasks.DataRoot(), "shared data root (task sources); env MEDGYM_DATA")
 	library := fs.String("library", tasks.LibraryDir(), "generated task library, mounted into the sandbox like the run")
 	tasksDir := fs.String("tasks-dir", "", "upstream MedAgentGym task folder (if the run used one)")
-	var sandbox sandboxworker.Config // the sandbox-worker's flags, named as on medgym run
-	registerComponent(fs, "sandbox-worker", &sandbox)
+	var sw sandboxworker.Config // the sandbox-worker's flags, named as on medgym run
+	registerComponent(fs, "sandbox-worker", &sw)
 	conc := fs.Int("concurrency", 2, "episodes replayed at once")
 	logLevel := fs.String("log", "warn", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -56,11 +58,11 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := scoring.Validate(); err != nil {
 		return err
 	}
-	if err := sandbox.Validate(); err != nil {
+	if err := sw.Validate(); err != nil {
 		return err
 	}
 	if *mode != "" {
-		if _, err := verifier.ParseMode(*mode); err != nil {
+		if _, err := verify.ParseMode(*mode); err != nil {
 			return fmt.Errorf("--verifier-mode: %w", err)
 		}
 	}
@@ -99,8 +101,8 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer cleanup()
-	sandbox.Sandbox.DataRoot = agent
-	sb, err := sandboxworker.Open(ctx, sandbox.Sandbox, logger)
+	sw.Sandbox.DataRoot = agent
+	sb, err := sandbox.New(ctx, sw.Sandbox, logger)
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/medgym/medgym/bus/embedded"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
-	llmworker "github.com/medgym/medgym/services/llm-worker/service"
+	"github.com/medgym/medgym/services/llm-worker/policy"
 	"github.com/medgym/medgym/store"
 	"github.com/medgym/medgym/tasks"
 )
@@ -320,7 +320,7 @@ func preflight(ctx context.Context, spec schemas.RunSpec, f *RunFlags) error {
 		if k != "" {
 			req.Header.Set("Authorization", "Bearer "+k)
 		}
-		c, err := llmworker.HTTPClient(f.LLM.LLM.CAFile)
+		c, err := policy.HTTPClient(f.LLM.LLM.CAFile)
 		if err != nil {
 			return err
 		}

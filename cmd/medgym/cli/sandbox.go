@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/medgym/medgym/schemas"
-	sandboxworker "github.com/medgym/medgym/services/sandbox-worker/service"
+	"github.com/medgym/medgym/services/sandbox-worker/sandbox"
 )
 
 // cmdSandbox: `medgym sandbox exec [--backend B] [--data DIR] [--timeout S] < code.py`
@@ -37,7 +37,7 @@ func cmdSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("read code from stdin: %w", err)
 	}
-	cfg := sandboxworker.SandboxConfig{Backend: *backend, Warm: *warm, Limits: sandboxworker.Limits{MemoryBytes: int64(*memMB) << 20}}
+	cfg := sandbox.Config{Backend: *backend, Warm: *warm, Limits: sandbox.Limits{MemoryBytes: int64(*memMB) << 20}}
 	var res []string
 	if *data != "" {
 		abs, err := filepath.Abs(*data)
@@ -56,7 +56,7 @@ func cmdSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		Ref:    schemas.EpisodeRef{RunID: "cli", EpisodeID: fmt.Sprintf("exec-%d", os.Getpid()), TaskID: "cli", Dataset: "cli"},
 		Action: schemas.Action{Name: *action, Params: params}, Resources: res, TimeoutSec: *timeout,
 	}
-	out, err := sandboxworker.Exec(ctx, cfg, req, NewLogger(stderr, "warn"))
+	out, err := sandbox.Exec(ctx, cfg, req, NewLogger(stderr, "warn"))
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func cmdSandboxInfo(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	sb, err := sandboxworker.Open(ctx, sandboxworker.SandboxConfig{Backend: *backend, RequireCgroups: *requireCg}, NewLogger(stderr, "warn"))
+	sb, err := sandbox.New(ctx, sandbox.Config{Backend: *backend, RequireCgroups: *requireCg}, NewLogger(stderr, "warn"))
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/medgym/medgym/schemas"
-	sandboxworker "github.com/medgym/medgym/services/sandbox-worker/service"
+	"github.com/medgym/medgym/services/sandbox-worker/sandbox"
 	"github.com/medgym/medgym/tasks"
 	"github.com/medgym/medgym/tasks/meds"
 )
@@ -363,7 +363,7 @@ func cmdTasksReferenceOutputs(ctx context.Context, args []string, stdout, stderr
 		return fmt.Errorf("tasks reference-outputs: %s has no biocoder task file (%s)", *tasksDir, strings.Join(missing, ", "))
 	}
 	log := NewLogger(stderr, "warn")
-	cfg := sandboxworker.SandboxConfig{Backend: *backend}
+	cfg := sandbox.Config{Backend: *backend}
 	var outs []tasks.BioCoderOutput
 	var silent, failed int
 	for _, split := range present {
@@ -383,7 +383,7 @@ func cmdTasksReferenceOutputs(ctx context.Context, args []string, stdout, stderr
 					Dataset: "biocoder", Split: split},
 				Action: schemas.Action{Name: schemas.ActionValidateCode, Params: params}, TimeoutSec: *timeout, Harness: harness,
 			}
-			res, err := sandboxworker.Exec(ctx, cfg, req, log)
+			res, err := sandbox.Exec(ctx, cfg, req, log)
 			if err != nil {
 				return fmt.Errorf("tasks reference-outputs: %s: %w", t.View.ID, err)
 			}
