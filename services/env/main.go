@@ -8,11 +8,11 @@ import (
 	"io"
 
 	"github.com/medgym/medgym/bus"
-	"github.com/medgym/medgym/services/env/service"
+	"github.com/medgym/medgym/services/env/env"
 )
 
 func main() { bus.Main("env-server", run) }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	return bus.RunService(ctx, "env-server", "127.0.0.1:9105", args, getenv, stderr, &service.Config{})
+	return bus.RunService(ctx, "env-server", "127.0.0.1:9105", args, getenv, stderr, &env.Config{})
 }

@@ -16,9 +16,9 @@ import (
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/bus/embedded"
 	"github.com/medgym/medgym/schemas"
-	env "github.com/medgym/medgym/services/env/service"
-	sandboxworker "github.com/medgym/medgym/services/sandbox-worker/service"
-	verifier "github.com/medgym/medgym/services/verifier/service"
+	env "github.com/medgym/medgym/services/env/env"
+	"github.com/medgym/medgym/services/sandbox-worker/sandboxworker"
+	"github.com/medgym/medgym/services/verifier/verifier"
 	"github.com/medgym/medgym/store"
 	"github.com/medgym/medgym/tasks"
 )

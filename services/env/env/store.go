@@ -1,10 +1,13 @@
-package service
+package env
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/schemas"
@@ -15,9 +18,14 @@ import (
 // session (large ones offloaded to the blob store), "e.<episode>" its id,
 // "n.<run>.<task token>" the next sample index.
 type store struct {
-	sessions *bus.Bucket[session.Session]
-	index    *bus.Bucket[string]
-	counters *bus.Bucket[int]
+	// counterMu serialises this process's sample counter updates: the
+	// many sessions of one task in one run (a GRPO group) are created at
+	// once, and compare-and-set alone would make them collide; other
+	// processes still meet on the revision.
+	counterMu sync.Mutex
+	sessions  *bus.Bucket[session.Session]
+	index     *bus.Bucket[string]
+	counters  *bus.Bucket[int]
 }
 
 func openStore(ctx context.Context, conn *bus.Conn) (*store, error) {
@@ -96,7 +104,18 @@ func (s *store) ByEpisode(ctx context.Context, episodeID string) (string, error)
 // NextSample increments the task's counter by compare-and-set.
 func (s *store) NextSample(ctx context.Context, runID, taskID string) (int, error) {
 	key := "n." + runID + "." + schemas.TaskToken(taskID)
-	for range 64 {
+	s.counterMu.Lock()
+	defer s.counterMu.Unlock()
+	for i := range 64 {
+		if i > 0 {
+			// Another process took the revision: back off a little (a
+			// bounded retry of an idempotent read-modify-write).
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(time.Duration(rand.IntN(1<<min(i, 6))+1) * time.Millisecond):
+			}
+		}
 		n, rev, err := s.counters.Get(ctx, key)
 		switch {
 		case errors.Is(err, bus.ErrNotFound):
