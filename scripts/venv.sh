@@ -6,10 +6,11 @@
 #   VENV_LAYERS     requirement files in install order (default: requirements/train.txt)
 #   (a layer file's "# pip-options: --no-deps" line installs it without dependencies: see requirements/README.md)
 #   PYTHON          interpreter to base it on (default: /usr/bin/python3, else python3)
-#   VENV_BASE       a venv (brought up to date first with VENV_BASE_LAYERS, default requirements/train.txt) whose
-#                   packages this one sees below its own: a .pth file adds the base's site-packages after this venv's (the packages of
-#                   a layer shadow the base's), so a layer installs only what the base lacks. Chains: a base may
-#                   have a base. e.g. VENV=.venv-env VENV_BASE=.venv VENV_LAYERS=requirements/env-base.txt
+#   VENV_BASE       a venv whose packages this one sees below its own: a .pth file adds the base's site-packages
+#                   after this venv's (a layer's packages shadow the base's), so a layer installs only what the base
+#                   lacks. Chains: a base may have a base. e.g. VENV=.venv-env VENV_BASE=.venv VENV_LAYERS=requirements/env-base.txt
+#   VENV_BASE_LAYERS  when set, the base is first brought up to date with these layers (a base without a base of its
+#                   own); otherwise the base must exist already (make the chain from the bottom up)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${VENV:-$root/.venv}
@@ -21,8 +22,10 @@ base=${VENV_BASE:-}
 if [ -n "$base" ]; then
   case $base in /*) ;; *) base=$root/$base ;; esac
   [ "$(cd "$(dirname "$venv")" 2>/dev/null && pwd)/$(basename "$venv")" != "$base" ] || { echo "venv: VENV_BASE is VENV" >&2; exit 1; }
-  # The base's own base, if any, is the caller's business (make the chain from the bottom up).
-  VENV=$base VENV_BASE= VENV_LAYERS=${VENV_BASE_LAYERS:-requirements/train.txt} "$0"
+  if [ -n "${VENV_BASE_LAYERS:-}" ]; then
+    VENV=$base VENV_BASE= VENV_BASE_LAYERS= VENV_LAYERS=$VENV_BASE_LAYERS "$0"
+  fi
+  [ -x "$base/bin/python" ] && [ -f "$base/.medgym-layers" ] || { echo "venv: the base $base is not made yet (scripts/venv.sh with VENV=$base first)" >&2; exit 1; }
 fi
 # What this venv is made of: its layers and, when layered, the base's path and what the base is made of.
 want=$( (cd "$root" && cat $layers; [ -z "$base" ] || { echo "base=$base"; cat "$base/.medgym-layers"; }) | sha256sum | cut -d' ' -f1)

@@ -127,7 +127,8 @@ class MedGymEnv(gymnasium.Env[str, str]):
         # info is the server's (outcome, action, parse_error, verdict, turn, and at done the stored row); the
         # session's id is in reset's info and env.session: a step's info holds nothing that differs between two
         # plays of the same seed and actions (gymnasium's determinism check).
-        return r.observation, r.reward, r.done, r.truncated, dict(r.info)
+        # The server's done covers both endings; gymnasium's terminated is the task's own end, truncated a limit's.
+        return r.observation, r.reward, r.done and not r.truncated, r.truncated, dict(r.info)
 
     def render(self) -> str | None:
         if self.render_mode == "ansi":

@@ -6,7 +6,8 @@
     client = medgym.Client(URL)
     trainer = GRPOTrainer(
         model=model, processing_class=tokenizer, args=GRPOConfig(...),
-        train_dataset=prompt_dataset(client, dataset="treqs", split="train", limit=64),
+        train_dataset=prompt_dataset(client, [t["id"] for t in client.tasks(dataset="treqs", split="train", limit=64)],
+                                     dataset="treqs", split="train"),
         environment_factory=MedGymToolEnv.factory(URL),
     )
 
@@ -53,7 +54,6 @@ class MedGymToolEnv:
         self._options = dict(options or {})
         self._session: Session | None = None
         self._ended: dict[str, Any] | None = None
-        self._calls = 0
 
     @classmethod
     def factory(
@@ -66,16 +66,22 @@ class MedGymToolEnv:
     # TRL's hooks ----------------------------------------------------------------------------------------------
 
     def reset(self, **row: Any) -> str | None:
-        """Open a session for ``row["task_id"]``; the prompt is the row's (medgym's messages), so nothing is added."""
+        """Open a session for the row's task. The prompt the model sees is the row's ``prompt``: when the row has one,
+        it must be the session's (medgym's messages for the task), or this raises; nothing is appended to it."""
         self._finish()
         task_id = row.get("task_id")
         if not task_id:
             raise ValueError(f"MedGymToolEnv: a dataset row needs a task_id (got columns {sorted(row)})")
         opts = dict(self._options)
         opts.update(row.get("options") or {})
-        self._session = self._client.session(task_id, **opts)
+        self._session = self._client.session(task_id, dataset=row.get("dataset"), split=row.get("split"), **opts)
         self._ended = None
-        self._calls = 0
+        prompt = row.get("prompt")
+        if isinstance(prompt, list) and _plain(prompt) != _plain(self._session.messages):
+            raise ValueError(
+                f"MedGymToolEnv: the dataset's prompt of {task_id} is not the server's (medgym's prompt for the task "
+                "under these options): build the dataset with prompt_dataset() or medgym's prompt-only export"
+            )
         return None
 
     def get_reward(self) -> float:
@@ -150,7 +156,6 @@ class MedGymToolEnv:
             raise RuntimeError("MedGymToolEnv: a tool was called before reset()")
         if s.done or self._ended is not None:
             return "The episode is over: reply without calling a tool."
-        self._calls += 1
         call = {
             "id": f"call_{s.turn}",
             "type": "function",
@@ -165,48 +170,50 @@ class MedGymToolEnv:
         if s is None:
             return 0.0
         if self._ended is None:
-            if s.done:
-                self._ended = {"reward": s.last.reward if s.last else 0.0}
-            else:
-                self._ended = s.close()
-        return _reward_of(self._ended, s)
+            # DELETE scores and stores an unfinished episode; after done it answers the stored result.
+            self._ended = s.close()
+        return float(self._ended["reward"])
 
 
-def _reward_of(ended: dict[str, Any], s: Session) -> float:
-    if isinstance(ended.get("reward"), (int, float)):
-        return float(ended["reward"])
-    if s.last is not None:
-        return s.last.reward
-    return 0.0
+def _plain(messages: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
+    return [(m.get("role"), m.get("content")) for m in messages]
 
 
 def prompt_dataset(
     client: Client,
+    task_ids: list[str],
     *,
     dataset: str | None = None,
     split: str | None = None,
-    limit: int | None = None,
-    task_ids: list[str] | None = None,
+    options: dict[str, Any] | None = None,
+    run_id: str = "prompts",
 ) -> Any:
-    """A ``datasets.Dataset`` for GRPOTrainer: one row per task, ``prompt`` (the task's messages as medgym's
-    llm-worker builds them, from the server's task listing) and ``task_id``."""
+    """A ``datasets.Dataset`` for GRPOTrainer: one row per task with ``prompt`` (the task's messages exactly as the
+    server builds them under ``options``), ``task_id``, ``dataset`` and ``split``.
+
+    The server's task listing carries no messages, so each prompt is read from a session opened for it under
+    ``run_id`` and closed at once (stored as an abandoned episode, which success rates and training exports leave
+    out). For large datasets use medgym's prompt-only export instead (same prompts, no sessions).
+    """
     import datasets
 
-    tasks = client.tasks(dataset=dataset, split=split, limit=limit)
-    if task_ids is not None:
-        want = set(task_ids)
-        tasks = [t for t in tasks if t["id"] in want]
-    rows = [{"prompt": _messages_of(t), "task_id": t["id"]} for t in tasks]
+    rows = []
+    for tid in task_ids:
+        s = client.session(tid, dataset=dataset, split=split, run_id=run_id, **(options or {}))
+        try:
+            rows.append(
+                {
+                    "prompt": [{"role": m["role"], "content": m["content"]} for m in s.messages],
+                    "task_id": tid,
+                    "dataset": s.task.get("dataset", dataset),
+                    "split": s.task.get("split", split),
+                }
+            )
+        finally:
+            s.close()
     if not rows:
-        raise ValueError(f"prompt_dataset: no task for dataset={dataset!r} split={split!r} task_ids={task_ids!r}")
+        raise ValueError("prompt_dataset: no task ids given")
     return datasets.Dataset.from_list(rows)
-
-
-def _messages_of(task: dict[str, Any]) -> list[dict[str, str]]:
-    msgs = task.get("messages")
-    if not msgs:
-        raise ValueError(f"prompt_dataset: the server's task view of {task.get('id')!r} has no messages")
-    return [{"role": m["role"], "content": m["content"]} for m in msgs]
 
 
 __all__ = ["ACTIONS", "MedGymToolEnv", "prompt_dataset"]
