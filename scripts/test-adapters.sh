@@ -21,7 +21,7 @@ export MEDGYM_LIBRARY=${MEDGYM_LIBRARY:-$root/build/library}
 venvs=${ADAPTERS_VENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/medgym/venvs}
 mkdir -p "$venvs"
 declare -A py
-VENV=$base scripts/venv.sh  # the base (train.txt): made here when missing, a no-op when up to date
+VENV=$base VENV_BASE= VENV_BASE_LAYERS= VENV_LAYERS=requirements/train.txt scripts/venv.sh  # the base (train.txt): made here when missing, a no-op when up to date
 for fw in $frameworks; do
   start=$(date +%s)
   want=$fw-$(sha256sum "requirements/env-$fw.txt" | cut -c1-12)

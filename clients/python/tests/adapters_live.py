@@ -38,7 +38,7 @@ def framework(name: str, module: str):
     except ImportError as e:
         if required:
             raise
-        pytest.skip(f"{name} is not installed in this venv ({e}); its stage runs in .venv-{name}", allow_module_level=True)
+        pytest.skip(f"{name} is not installed in this venv ({e}); make test-adapters runs it in its own venv", allow_module_level=True)
 
 
 def _wait(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
