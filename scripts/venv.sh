@@ -4,6 +4,7 @@
 # layers installed, so an up-to-date venv costs a hash and nothing else. pip's cache (~/.cache/pip) is reused.
 #   VENV=DIR        where (default: <repo>/.venv)
 #   VENV_LAYERS     requirement files in install order (default: requirements/train.txt)
+#   (a layer file's "# pip-options: --no-deps" line installs it without dependencies: see requirements/README.md)
 #   PYTHON          interpreter to base it on (default: /usr/bin/python3, else python3)
 #   VENV_BASE       a venv whose packages this one sees below its own: a .pth file adds the base's site-packages
 #                   after this venv's (a layer's packages shadow the base's), so a layer installs only what the base
@@ -46,7 +47,10 @@ if [ -n "$base" ]; then
 fi
 for f in $layers; do
   echo "venv: installing $f"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$root/$f"
+  # A layer's "# pip-options: ..." line adds options pip does not take inside a requirement file (--no-deps for a
+  # layer that pins its whole closure because its framework's metadata cannot resolve over the base).
+  opts=$(sed -n 's/^# pip-options: //p' "$root/$f" | head -1)
+  "$venv/bin/pip" install --quiet --disable-pip-version-check $opts -r "$root/$f"
 done
 echo "$want" > "$stamp"
 echo "venv: $venv ready in $(( $(date +%s) - start ))s ($("$venv/bin/python" -c 'import torch, transformers, peft; print("torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__)' 2>/dev/null || echo "no torch"))"

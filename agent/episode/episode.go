@@ -73,9 +73,8 @@ func (e *Engine) now() time.Time {
 // Start begins an episode.
 func (e *Engine) Start(ctx context.Context, req schemas.EpisodeRequest) (schemas.EpisodeState, Step, error) {
 	st := schemas.EpisodeState{
-		Request: req,
-		Messages: agent.BuildMessages(req.Task, agent.PromptOptions{SystemAsUser: e.SystemAsUser,
-			AllowAnswer: req.Options.EndOn != schemas.EndOnAccepted, Upstream: req.Options.Upstream()}),
+		Request:   req,
+		Messages:  agent.BuildMessages(req.Task, agent.EpisodePromptOptions(req.Options, e.SystemAsUser)),
 		StartedAt: e.now(),
 	}
 	return e.advance(ctx, st)

@@ -25,6 +25,7 @@ Usage:
   medgym query    --store DIR "SQL"
   medgym replay   --store DIR --run ID [flags]   re-execute a run's actions, re-score it, report changes
   medgym report   --store DIR --run ID [--out DIR]   Markdown + SVG report of a run
+  medgym export   --out DIR [--dataset D] [--split S]   task datasets for RL frameworks: verl RL parquet, TRL/SkyRL prompts
   medgym fake-llm [flags]   a fake OpenAI-compatible server (a test tool)
 
 Run "medgym COMMAND -h" for a command's flags.
@@ -57,6 +58,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdReplay(ctx, rest, stdout, stderr)
 	case "report":
 		return cmdReport(ctx, rest, stdout, stderr)
+	case "export":
+		return cmdExport(ctx, rest, stdout, stderr)
 	case "fake-llm":
 		return cmdFakeLLM(ctx, rest, stdout, stderr)
 	case "-h", "--help", "help":
