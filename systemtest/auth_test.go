@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -21,6 +22,9 @@ import (
 	"github.com/medgym/medgym/bus/bustest"
 	"github.com/medgym/medgym/cmd/medgym/cli"
 	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/services/env/apitest"
+	"github.com/medgym/medgym/services/env/env"
+	"github.com/medgym/medgym/tasks"
 )
 
 // deployUsers are the users of deploy/nats/auth.conf and the variables
@@ -30,6 +34,7 @@ var deployUsers = map[string]string{
 	"llm-worker":     "MEDGYM_NATS_PASSWORD_LLM_WORKER",
 	"sandbox-worker": "MEDGYM_NATS_PASSWORD_SANDBOX_WORKER",
 	"verifier":       "MEDGYM_NATS_PASSWORD_VERIFIER",
+	"env-server":     "MEDGYM_NATS_PASSWORD_ENV_SERVER",
 	"client":         "MEDGYM_NATS_PASSWORD_CLIENT",
 	"trainer":        "MEDGYM_NATS_PASSWORD_TRAINER",
 	"admin":          "MEDGYM_NATS_PASSWORD_ADMIN",
@@ -299,4 +304,106 @@ func TestDeployNATSNKeys(t *testing.T) {
 	if n := streamMsgsOf(t, ctx, conns["admin"], schemas.StreamScores); n != 1 {
 		t.Fatalf("scores stream holds %d messages, want the verifier's 1", n)
 	}
+}
+
+// TestDeployNATSAuthEnvServer runs the environment server as deploy/nats's
+// env-server user, with the sandbox-worker and verifier as theirs: a
+// session over the API runs code in the sandbox, is checked and scored,
+// and its row is stored, without one permission violation; and the same
+// user is refused what other roles do (publish a score, request an
+// episode, submit a run, write the llm-worker's episode state).
+func TestDeployNATSAuthEnvServer(t *testing.T) {
+	needSandbox(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	url, pw := startDeployNATS(t, false)
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	conns := map[string]*bus.Conn{}
+	for _, u := range []string{"dispatcher", "sandbox-worker", "verifier", "env-server", "admin"} {
+		conns[u] = connectAs(t, ctx, url, u, pw[u], log.With("user", u))
+		if err := bus.EnsureStreams(ctx, conns[u], bus.StreamOptions{}); err != nil {
+			t.Fatalf("%s: ensure streams: %v", u, err)
+		}
+	}
+	canary := "MEDGYM-CANARY-auth-env"
+	lib := canaryLibrary(t, canary)
+	f := baseFlags(t)
+	f.Library = lib
+	goServices(t, ctx, f, func(name string) *bus.Conn { return conns[name] }, nil, slog.New(slog.DiscardHandler), tasks.AgentTree(lib), "llm-worker")
+
+	ts, err := tasks.Load(ctx, tasks.Source{Dataset: "eicu", Split: "test", DataRoot: f.Data, LibraryDir: lib})
+	if err != nil || len(ts) == 0 {
+		t.Fatalf("canary tasks: %d, %v", len(ts), err)
+	}
+	views := t.TempDir()
+	var vs []schemas.TaskView
+	for _, tk := range ts {
+		vs = append(vs, tk.View)
+	}
+	if err := env.WriteViews(views, "eicu", "test", vs); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	ectx, estop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- env.Run(ectx, conns["env-server"], env.Config{Addr: "127.0.0.1:0", Views: views, Worker: "env",
+			Ready: func(a string) { addr <- a }}, log.With("service", "env"))
+	}()
+	t.Cleanup(func() { estop(); <-done })
+	var base string
+	select {
+	case a := <-addr:
+		base = "http://" + a
+	case err := <-done:
+		t.Fatalf("the env server could not start as env-server: %v\n%s", err, logs.String())
+	}
+	before := strings.Count(logs.String(), "Permissions Violation")
+	chk, err := apitest.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newAPIClient(t, chk, base)
+	sess := c.must(201, "POST", "/v1/sessions", map[string]any{"task_id": "eicu-canary-0", "options": map[string]any{"run_id": "auth-env", "max_turns": 3}})
+	step := "/v1/sessions/" + sess["session_id"].(string) + "/step"
+	r := c.must(200, "POST", step, map[string]any{"turn": 0, "content": act("validate_code", map[string]any{"code": fmt.Sprintf("print(%q)", canary)})})
+	if r["done"] != true {
+		r = c.must(200, "POST", step, map[string]any{"turn": 1, "content": act("answer", map[string]any{"answer": canary})})
+	}
+	if info := r["info"].(map[string]any); r["done"] != true || info["outcome"] != "correct" || r["reward"] != 1.0 {
+		t.Fatalf("the episode as env-server: %v\n%s", r, logs.String())
+	}
+	rows := readRun(t, ctx, f.Store, "auth-env")
+	if len(rows) != 1 || rows[0].Outcome != string(schemas.OutcomeCorrect) {
+		t.Fatalf("stored rows: %+v", rows)
+	}
+	if after := strings.Count(logs.String(), "Permissions Violation"); after != before {
+		t.Fatalf("the env server ran into %d permission violations:\n%s", after-before, logs.String())
+	}
+
+	// Another role's subjects: refused, each with its violation logged.
+	pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
+	err = conns["env-server"].Publish(pctx, schemas.EpisodeScored.For("r9"), "forged", schemas.Score{RunID: "r9", EpisodeID: "e9", Outcome: schemas.OutcomeCorrect, Reward: 1})
+	pcancel()
+	if err == nil {
+		t.Fatal("the env-server user published a score")
+	}
+	others := []string{schemas.EpisodeRequested.For("y"), schemas.RunSubmitted.For("y"), "$KV." + schemas.BucketEpisodes + ".y"}
+	for _, subj := range others {
+		if err := conns["env-server"].PublishCore(subj, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, subj := range append(others, schemas.EpisodeScored.For("r9")) {
+		for !strings.Contains(logs.String(), "Permissions Violation for Publish to \\\""+subj) &&
+			!strings.Contains(logs.String(), `Permissions Violation for Publish to "`+subj) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no permission violation logged for env-server's publish to %s:\n%s", subj, logs.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	checkContract(t, chk, "") // the agent printed the answer itself: no canary search here
 }

@@ -74,7 +74,7 @@ func composeSecrets(t *testing.T) (dir string, pw func(user string) string) {
 	}
 	users := map[string]string{}
 	var conf strings.Builder
-	for _, u := range []string{"dispatcher", "llm_worker", "sandbox_worker", "verifier", "client", "trainer", "admin"} {
+	for _, u := range []string{"dispatcher", "llm_worker", "sandbox_worker", "verifier", "env_server", "client", "trainer", "admin"} {
 		users[u] = random()
 		fmt.Fprintf(&conf, "MEDGYM_NATS_PASSWORD_%s: %q\n", strings.ToUpper(u), users[u])
 	}
