@@ -103,14 +103,7 @@ func (c *Checker) Check(req *http.Request, resp *http.Response, body []byte) {
 				req.Method, req.URL.Path, resp.StatusCode, body))
 		}
 	} else if !ok {
-		var msgs []string
-		for _, e := range errs {
-			m := e.Message + ": " + e.Reason
-			for _, se := range e.SchemaValidationErrors {
-				m += " [" + se.FieldPath + ": " + se.Reason + "]"
-			}
-			msgs = append(msgs, m)
-		}
+		msgs := messages(errs)
 		fail = strings.TrimSpace(fail + fmt.Sprintf(" %s %s → %d does not match openapi.json: %s (body %.300s)",
 			req.Method, req.URL.Path, resp.StatusCode, strings.Join(msgs, "; "), body))
 	}
@@ -120,6 +113,29 @@ func (c *Checker) Check(req *http.Request, resp *http.Response, body []byte) {
 	if fail != "" {
 		c.failures = append(c.failures, fail)
 	}
+}
+
+// RequestErrors validates a request (its body included) against the
+// document and returns what is wrong with it; none when it is valid.
+func (c *Checker) RequestErrors(req *http.Request) []string {
+	ok, errs := c.v.ValidateHttpRequest(req)
+	if ok {
+		return nil
+	}
+	return messages(errs)
+}
+
+// messages are the validator's errors, each with its schema errors.
+func messages(errs []*verrors.ValidationError) []string {
+	var msgs []string
+	for _, e := range errs {
+		m := e.Message + ": " + e.Reason
+		for _, se := range e.SchemaValidationErrors {
+			m += " [" + se.FieldPath + ": " + se.Reason + "]"
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs
 }
 
 func undocumented(errs []*verrors.ValidationError) bool {

@@ -10,10 +10,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
 	"mime"
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/medgym/medgym/agent"
 	"github.com/medgym/medgym/schemas"
@@ -219,17 +221,83 @@ func (a *api) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		writeError(w, http.StatusBadRequest, "malformed_body", "read body: "+err.Error())
 		return false
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		writeError(w, http.StatusBadRequest, "malformed_body", "the body is not the expected JSON object: "+err.Error())
-		return false
+	err = decodeStrict(body, v)
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && strings.HasPrefix(te.Value, "number ") {
+		// JSON Schema's integer includes 43.0; Go's decoder refuses it for an
+		// int field. Write integral numbers as integers and try once more.
+		if norm, ok := integralNumbers(body); ok {
+			err = decodeStrict(norm, v)
+		}
 	}
-	if dec.More() {
-		writeError(w, http.StatusBadRequest, "malformed_body", "the body holds more than one JSON value")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "malformed_body", err.Error())
 		return false
 	}
 	return true
+}
+
+// decodeStrict decodes exactly one JSON value with no unknown fields.
+func decodeStrict(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("the body is not the expected JSON object: %w", err)
+	}
+	if dec.More() {
+		return errors.New("the body holds more than one JSON value")
+	}
+	return nil
+}
+
+// integralNumbers rewrites the numbers of a JSON body that are integers in
+// value but not in form (43.0, 4.3e1) as integers; ok is false when the body
+// is not one JSON value or has no such number.
+func integralNumbers(body []byte) ([]byte, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil || dec.More() {
+		return nil, false
+	}
+	changed := false
+	var walk func(v any) any
+	walk = func(v any) any {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				x[k] = walk(e)
+			}
+		case []any:
+			for i, e := range x {
+				x[i] = walk(e)
+			}
+		case json.Number:
+			if !strings.ContainsAny(string(x), ".eE") {
+				return x
+			}
+			f, _, err := big.ParseFloat(string(x), 10, 256, big.ToNearestEven)
+			if err != nil || !f.IsInt() {
+				return x
+			}
+			if i, acc := f.Int64(); acc == big.Exact {
+				changed = true
+				return json.Number(strconv.FormatInt(i, 10))
+			}
+		}
+		return v
+	}
+	doc = walk(doc)
+	if !changed {
+		return nil, false
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(doc); err != nil {
+		return nil, false
+	}
+	return buf.Bytes(), true
 }
 
 func (a *api) health(w http.ResponseWriter, _ *http.Request) {
@@ -279,12 +347,21 @@ func intParam(r *http.Request, name string, def, lo, hi int) (int, error) {
 	return v, nil
 }
 
+// maxFilter bounds the dataset and split filters (openapi.json's maxLength).
+const maxFilter = 256
+
 func (a *api) tasks(w http.ResponseWriter, r *http.Request) {
 	limit, err := intParam(r, "limit", 100, 1, 1000)
 	if err == nil {
 		var off int
 		if off, err = intParam(r, "offset", 0, 0, 1<<31-1); err == nil {
 			q := r.URL.Query()
+			for _, name := range []string{"dataset", "split"} {
+				if utf8.RuneCountInString(q.Get(name)) > maxFilter {
+					writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("query parameter %s is longer than %d characters", name, maxFilter))
+					return
+				}
+			}
 			ts, total, err := a.cat.List(q.Get("dataset"), q.Get("split"), limit, off)
 			if err != nil {
 				a.fail(w, r, err)
@@ -333,8 +410,8 @@ func (a *api) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", "task_id is required")
 		return
 	}
-	if len(b.TaskID) > 512 {
-		writeError(w, http.StatusBadRequest, "bad_request", "task_id is longer than 512 bytes")
+	if utf8.RuneCountInString(b.TaskID) > 512 {
+		writeError(w, http.StatusBadRequest, "bad_request", "task_id is longer than 512 characters")
 		return
 	}
 	var opts session.Options
@@ -451,9 +528,19 @@ func (b stepBody) reply() (string, error) {
 	if err := json.Unmarshal(args, &s); err == nil {
 		args = json.RawMessage(s)
 	}
+	if strings.TrimSpace(tc.Function.Name) == "" {
+		return "", errors.New("tool_calls[0]: function.name is required")
+	}
 	text, err := agent.ToolCallReply(tc.Function.Name, args)
 	if err != nil {
-		return "", fmt.Errorf("tool_calls[0]: %w", err)
+		// Arguments that are not a JSON object are the model's mistake, as
+		// a malformed reply is: the action parser answers them (a format
+		// error), they are not a bad request.
+		raw, _ := json.Marshal(struct {
+			Action string `json:"action"`
+			Params string `json:"params"`
+		}{tc.Function.Name, string(args)})
+		return string(raw), nil
 	}
 	return text, nil
 }
@@ -475,7 +562,11 @@ func (a *api) step(w http.ResponseWriter, r *http.Request) {
 	sr := session.StepRequest{Turn: *b.Turn, Content: text, Reasoning: b.Reasoning, FinishReason: b.FinishReason,
 		TokenIDs: b.TokenIDs, PromptTokenIDs: b.PromptTokenIDs, Logprobs: b.Logprobs}
 	if b.Usage != nil {
-		sr.PromptTokens, sr.CompletionTokens = max(b.Usage.PromptTokens, 0), max(b.Usage.CompletionTokens, 0)
+		if b.Usage.PromptTokens < 0 || b.Usage.CompletionTokens < 0 {
+			writeError(w, http.StatusBadRequest, "bad_request", "usage: token counts must be ≥ 0")
+			return
+		}
+		sr.PromptTokens, sr.CompletionTokens = b.Usage.PromptTokens, b.Usage.CompletionTokens
 	}
 	res, err := a.s.Step(r.Context(), r.PathValue("id"), sr)
 	if err != nil {

@@ -28,6 +28,9 @@ func (fakeSessions) Create(_ context.Context, r session.CreateRequest) (session.
 	if r.TaskID != view.ID {
 		return session.Created{}, fmt.Errorf("%w %q", session.ErrUnknownTask, r.TaskID)
 	}
+	if e := r.Options.EpisodeTimeoutSec; e != nil && *e != 43 {
+		return session.Created{}, fmt.Errorf("%w: episode_timeout_sec %d (the tests send 43)", session.ErrInvalid, *e)
+	}
 	if r.Options.RunID == "full" {
 		return session.Created{}, session.ErrTooMany
 	}
@@ -109,9 +112,15 @@ func TestContractAndJunk(t *testing.T) {
 		{"GET", "/v1/tasks?offset=-1", "", false, "", 400, "bad_request"},
 		{"GET", "/v1/tasks?limit=abc", "", false, "", 400, "bad_request"},
 		{"GET", "/v1/tasks?dataset=nope", "", false, "", 404, "unknown_dataset"},
+		{"GET", "/v1/tasks?split=" + strings.Repeat("s", 257), "", false, "", 400, "bad_request"},
+		{"GET", "/v1/tasks?dataset=" + strings.Repeat("d", 257), "", false, "", 400, "bad_request"},
+		{"GET", "/v1/tasks?dataset=ds&split=" + strings.Repeat("%C3%A9", 256), "", false, "", 200, ""}, // 256 characters, 512 bytes
 		{"POST", "/v1/tasks", "", false, "", 405, "method_not_allowed"},
 		{"POST", "/v1/sessions", `{"task_id": "t-1"}`, false, "", 201, ""},
 		{"POST", "/v1/sessions", `{"task_id": "t-1", "options": {"run_id": "full"}}`, false, "", 429, "too_many_sessions"},
+		{"POST", "/v1/sessions", `{"task_id": "t-1", "options": {"episode_timeout_sec": 43.0, "max_turns": 4e0}}`, false, "", 201, ""},
+		{"POST", "/v1/sessions", `{"task_id": "t-1", "options": {"episode_timeout_sec": 43.5}}`, false, "", 400, "malformed_body"},
+		{"POST", "/v1/sessions", `{"task_id": "t-1", "options": {"episode_timeout_sec": 43.0, "nope": 1}}`, false, "", 400, "malformed_body"},
 		{"POST", "/v1/sessions", `{"task_id": "nope"}`, false, "", 404, "unknown_task"},
 		{"POST", "/v1/sessions", `{"task_id": ""}`, false, "", 400, "bad_request"},
 		{"POST", "/v1/sessions", `{"task": "t-1"}`, false, "", 400, "malformed_body"},
@@ -129,13 +138,18 @@ func TestContractAndJunk(t *testing.T) {
 		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "content": "hi"}`, false, "", 200, ""},
 		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "tool_calls": [{"type": "function", "function": {"name": "validate_code", "arguments": "{\"code\": \"print(1)\"}"}}]}`, false, "", 200, ""},
 		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "tool_calls": [{"function": {"name": "validate_code", "arguments": {"code": "print(1)"}}}]}`, false, "", 200, ""},
-		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "tool_calls": [{"function": {"name": "validate_code", "arguments": "[1]"}}]}`, false, "", 400, "bad_request"},
+		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "tool_calls": [{"function": {"name": "validate_code", "arguments": "[1]"}}]}`, false, "", 200, ""},
+		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "tool_calls": [{"function": {"name": " ", "arguments": "{}"}}]}`, false, "", 400, "bad_request"},
 		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "tool_calls": [{}]}`, false, "", 400, "bad_request"},
+		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "tool_calls": [{"x": 1, "function": {"name": "answer", "arguments": ""}}]}`, false, "", 400, "malformed_body"},
 		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "content": "a", "tool_calls": [{"function": {"name": "x", "arguments": "{}"}}]}`, false, "", 400, "bad_request"},
 		{"POST", "/v1/sessions/s1/step", `{"content": "hi"}`, false, "", 400, "bad_request"},
 		{"POST", "/v1/sessions/s1/step", `{"turn": -1, "content": "hi"}`, false, "", 400, "bad_request"},
 		{"POST", "/v1/sessions/s1/step", `{"turn": 0}`, false, "", 400, "bad_request"},
 		{"POST", "/v1/sessions/s1/step", `{"turn": 1e99, "content": "hi"}`, false, "", 400, "malformed_body"},
+		{"POST", "/v1/sessions/s1/step", `{"turn": 0.0, "content": "hi"}`, false, "", 200, ""},
+		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "content": "hi", "usage": {"prompt_tokens": -1}}`, false, "", 400, "bad_request"},
+		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "content": "hi", "logprobs": [-1e300]}`, false, "", 400, "malformed_body"},
 		{"POST", "/v1/sessions/s1/step", `{"turn": 3, "content": "hi"}`, false, "", 409, "turn_out_of_order"},
 		{"POST", "/v1/sessions/done/step", `{"turn": 3, "content": "hi"}`, false, "", 409, "session_done"},
 		{"POST", "/v1/sessions/busy/step", `{"turn": 0, "content": "hi"}`, false, "", 504, "step_timeout"},
@@ -177,5 +191,50 @@ func TestContractAndJunk(t *testing.T) {
 	}
 	if n := len(chk.Exchanges()); n != len(cases) {
 		t.Fatalf("%d exchanges checked, want %d", n, len(cases))
+	}
+}
+
+// TestDocumentSaysWhatServerChecks: the document itself refuses what the
+// server answers 400 (content and tool_calls together, neither, an
+// over-long filter) and accepts what the server takes (an integral float
+// for an integer); each with its control.
+func TestDocumentSaysWhatServerChecks(t *testing.T) {
+	chk, err := apitest.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := `"tool_calls": [{"function": {"name": "validate_code", "arguments": "{}"}}]`
+	cases := []struct {
+		method, path, body string
+		valid              bool
+	}{
+		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "content": "hi"}`, true},
+		{"POST", "/v1/sessions/s1/step", `{"turn": 0, ` + tc + `}`, true},
+		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "content": "hi", ` + tc + `}`, false},
+		{"POST", "/v1/sessions/s1/step", `{"turn": 0}`, false},
+		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "tool_calls": [{"function": {"name": " ", "arguments": ""}}]}`, false},
+		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "tool_calls": [{"function": {"name": "answer", "arguments": "{\\u0010"}}]}`, true},
+		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "tool_calls": [{"function": {"name": "answer", "arguments": ""}}]}`, true},
+		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "tool_calls": [{"x": 1, "function": {"name": "answer", "arguments": ""}}]}`, false},
+		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "content": "hi", "usage": {"total_tokens": 3}}`, false},
+		{"POST", "/v1/sessions", `{"task_id": "t-1", "options": {"episode_timeout_sec": 43.0}}`, true},
+		{"POST", "/v1/sessions", `{"task_id": "t-1", "options": {"episode_timeout_sec": 43.5}}`, false},
+		{"GET", "/v1/tasks?split=" + strings.Repeat("s", 256), "", true},
+		{"GET", "/v1/tasks?split=" + strings.Repeat("s", 257), "", false},
+		{"GET", "/v1/tasks?offset=2147483648", "", false},
+		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "content": "hi", "logprobs": [-1e300]}`, false},
+		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "content": "hi", "logprobs": [-1e30], "token_ids": [2147483647]}`, true},
+		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "content": "hi", "token_ids": [2147483648]}`, false},
+	}
+	for _, c := range cases {
+		req, _ := http.NewRequest(c.method, "http://127.0.0.1"+c.path, strings.NewReader(c.body))
+		if c.body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		req.Header.Set("Authorization", "Bearer tok")
+		errs := chk.RequestErrors(req)
+		if (len(errs) == 0) != c.valid {
+			t.Errorf("%s %.60s %s: document errors %q, want valid=%v", c.method, c.path, c.body, errs, c.valid)
+		}
 	}
 }
