@@ -164,6 +164,13 @@ class _Protocol:
         return _Request("POST", f"/v1/sessions/{_seg(session_id)}/step", _IDEMPOTENT, body=body)
 
     @staticmethod
+    def _prompt(task_id: str, dataset: str | None, split: str | None, end_on: str | None) -> _Request:
+        if not task_id:
+            raise ValueError("medgym: task_id is required")
+        params = _drop_none({"dataset": dataset, "split": split, "end_on": end_on})
+        return _Request("GET", f"/v1/tasks/{_seg(task_id)}/prompt", _IDEMPOTENT, params=params)
+
+    @staticmethod
     def _status(session_id: str) -> _Request:
         return _Request("GET", f"/v1/sessions/{_seg(session_id)}", _IDEMPOTENT)
 
@@ -299,6 +306,18 @@ class Client(_Protocol):
         temperature, model, run_id, tags, reward."""
         return self._call(self._create(task_id, dataset, split, options))
 
+    def prompt(
+        self,
+        task_id: str,
+        *,
+        dataset: str | None = None,
+        split: str | None = None,
+        end_on: str | None = None,
+    ) -> dict[str, Any]:
+        """``{task, messages, tools}``: what a session of task_id opens with under end_on (whether the answer
+        action is offered), built by the llm-worker's prompt builder; opens no session and stores nothing."""
+        return self._call(self._prompt(task_id, dataset, split, end_on))
+
     def session_status(self, session_id: str) -> dict[str, Any]:
         """The session as the server keeps it (turn, done, outcome, reward, messages, row, ...)."""
         return self._call(self._status(session_id))
@@ -396,6 +415,17 @@ class AsyncClient(_Protocol):
     ) -> dict[str, Any]:
         """See :meth:`Client.create_session`."""
         return await self._call(self._create(task_id, dataset, split, options))
+
+    async def prompt(
+        self,
+        task_id: str,
+        *,
+        dataset: str | None = None,
+        split: str | None = None,
+        end_on: str | None = None,
+    ) -> dict[str, Any]:
+        """See :meth:`Client.prompt`."""
+        return await self._call(self._prompt(task_id, dataset, split, end_on))
 
     async def session_status(self, session_id: str) -> dict[str, Any]:
         """See :meth:`Client.session_status`."""

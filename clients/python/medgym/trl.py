@@ -191,26 +191,23 @@ def prompt_dataset(
     """A ``datasets.Dataset`` for GRPOTrainer: one row per task with ``prompt`` (the task's messages exactly as the
     server builds them under ``options``), ``task_id``, ``dataset`` and ``split``.
 
-    The server's task listing carries no messages, so each prompt is read from a session opened for it under
-    ``run_id`` and closed at once (stored as an abandoned episode, which success rates and training exports leave
-    out). For large datasets use medgym's prompt-only export instead (same prompts, no sessions).
+    Each prompt comes from ``GET /v1/tasks/{id}/prompt`` (the same prompt builder as a session; no session is opened
+    and nothing is stored). Of ``options`` only ``end_on`` is used (whether the answer action is offered); ``run_id`` is unused.
     """
     import datasets
 
+    opts = options or {}
     rows = []
     for tid in task_ids:
-        s = client.session(tid, dataset=dataset, split=split, run_id=run_id, **(options or {}))
-        try:
-            rows.append(
-                {
-                    "prompt": [{"role": m["role"], "content": m["content"]} for m in s.messages],
-                    "task_id": tid,
-                    "dataset": s.task.get("dataset", dataset),
-                    "split": s.task.get("split", split),
-                }
-            )
-        finally:
-            s.close()
+        p = client.prompt(tid, dataset=dataset, split=split, end_on=opts.get("end_on"))
+        rows.append(
+            {
+                "prompt": [{"role": m["role"], "content": m["content"]} for m in p["messages"]],
+                "task_id": tid,
+                "dataset": p["task"].get("dataset", dataset),
+                "split": p["task"].get("split", split),
+            }
+        )
     if not rows:
         raise ValueError("prompt_dataset: no task ids given")
     return datasets.Dataset.from_list(rows)

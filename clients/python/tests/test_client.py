@@ -209,3 +209,30 @@ class LossyProxy:
             hdr += "".join(f"{k}: {v}\r\n" for k, v in resp.headers.items() if k.lower() == "retry-after")
             hdr += f"Content-Length: {len(out)}\r\nConnection: close\r\n\r\n"
             conn.sendall(hdr.encode() + out)
+
+
+def test_prompt_opens_no_session(server, client, reference):
+    """GET /v1/tasks/{id}/prompt answers the prompt `medgym run` stored, opens no session and stores nothing; and
+    prompt_dataset, built on it, leaves no abandoned rows."""
+    from medgym.trl import prompt_dataset
+
+    live = client.health()["live_sessions"]
+    for row in reference:
+        p = client.prompt(row["task_id"], dataset=DATASET, split=SPLIT)
+        assert p["messages"] == prompt_of(row)
+        assert p["task"]["id"] == row["task_id"]
+        assert {t["function"]["name"] for t in p["tools"]} >= {"validate_code", "answer"}
+    # Control: end_on reaches the prompt builder (no answer action when only accepted code ends an episode).
+    accepted = client.prompt(reference[0]["task_id"], dataset=DATASET, split=SPLIT, end_on="accepted")
+    assert "answer" not in {t["function"]["name"] for t in accepted["tools"]}
+    with pytest.raises(medgym.NotFoundError) as e:
+        client.prompt("no-such-task", dataset=DATASET, split=SPLIT)
+    assert e.value.code == "unknown_task"
+
+    rid = run_id("prompts")
+    ds = prompt_dataset(client, [r["task_id"] for r in reference], dataset=DATASET, split=SPLIT, run_id=rid)
+    assert [r["prompt"] for r in ds] == [prompt_of(r) for r in reference]
+    assert client.health()["live_sessions"] == live
+    assert server.rows(rid) == [] and server.rows("prompts") == []
+    doc = client.openapi()
+    assert "/v1/tasks/{task_id}/prompt" in doc["paths"]

@@ -13,6 +13,7 @@ import (
 	"math/big"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -30,6 +31,7 @@ var OpenAPI []byte
 // Sessions is what the API serves (session.Service).
 type Sessions interface {
 	Create(ctx context.Context, r session.CreateRequest) (session.Created, error)
+	Prompt(r session.CreateRequest) (session.Prompt, error)
 	Get(ctx context.Context, id string) (session.Session, error)
 	Step(ctx context.Context, id string, r session.StepRequest) (session.StepResult, error)
 	Close(ctx context.Context, id string) (session.Closed, error)
@@ -72,6 +74,7 @@ func Handler(s Sessions, cat session.Catalog, opt Options) http.Handler {
 	mux.HandleFunc("/healthz", a.methods(map[string]http.HandlerFunc{http.MethodGet: a.health}))
 	mux.HandleFunc("/openapi.json", a.methods(map[string]http.HandlerFunc{http.MethodGet: a.openapi}))
 	mux.HandleFunc("/v1/tasks", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodGet: a.tasks})))
+	mux.HandleFunc("/v1/tasks/{id}/prompt", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodGet: a.prompt})))
 	mux.HandleFunc("/v1/sessions", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodPost: a.create})))
 	mux.HandleFunc("/v1/sessions/{id}", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodGet: a.get, http.MethodDelete: a.close})))
 	mux.HandleFunc("/v1/sessions/{id}/step", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodPost: a.step})))
@@ -350,7 +353,25 @@ func intParam(r *http.Request, name string, def, lo, hi int) (int, error) {
 // maxFilter bounds the dataset and split filters (openapi.json's maxLength).
 const maxFilter = 256
 
+// unknownParam names a query parameter outside known, or one given twice,
+// if any: a misspelt or repeated filter is refused, not ignored.
+func unknownParam(r *http.Request, known ...string) error {
+	for k, v := range r.URL.Query() {
+		if !slices.Contains(known, k) {
+			return fmt.Errorf("unknown query parameter %q (known: %s)", k, strings.Join(known, ", "))
+		}
+		if len(v) > 1 {
+			return fmt.Errorf("query parameter %q given %d times", k, len(v))
+		}
+	}
+	return nil
+}
+
 func (a *api) tasks(w http.ResponseWriter, r *http.Request) {
+	if err := unknownParam(r, "dataset", "split", "limit", "offset"); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
 	limit, err := intParam(r, "limit", 100, 1, 1000)
 	if err == nil {
 		var off int
@@ -381,6 +402,36 @@ func (a *api) tasks(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+}
+
+// prompt answers a task's opening messages and tools under the end_on
+// option (which decides whether answer is offered), opening no session.
+func (a *api) prompt(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if err := unknownParam(r, "dataset", "split", "end_on"); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	for _, name := range []string{"dataset", "split"} {
+		if utf8.RuneCountInString(q.Get(name)) > maxFilter {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("query parameter %s is longer than %d characters", name, maxFilter))
+			return
+		}
+	}
+	var opts session.Options
+	if v := q.Get("end_on"); v != "" {
+		opts.EndOn = &v
+	}
+	p, err := a.s.Prompt(session.CreateRequest{TaskID: r.PathValue("id"), Dataset: q.Get("dataset"), Split: q.Get("split"), Options: opts})
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	tools := p.Tools
+	if tools == nil {
+		tools = []agent.Tool{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"task": viewOf(p.Task), "messages": p.Messages, "tools": tools})
 }
 
 type createBody struct {

@@ -39,6 +39,17 @@ func (fakeSessions) Create(_ context.Context, r session.CreateRequest) (session.
 	return session.Created{Session: s, Messages: s.State.Messages, Tools: agent.Tools(view, agent.PromptOptions{AllowAnswer: true})}, nil
 }
 
+func (fakeSessions) Prompt(r session.CreateRequest) (session.Prompt, error) {
+	if r.TaskID != view.ID {
+		return session.Prompt{}, fmt.Errorf("%w %q", session.ErrUnknownTask, r.TaskID)
+	}
+	if r.Options.EndOn != nil && *r.Options.EndOn != "both" {
+		return session.Prompt{}, fmt.Errorf("%w: end_on %q (the fake knows both)", session.ErrInvalid, *r.Options.EndOn)
+	}
+	return session.Prompt{Task: view, Messages: []schemas.ChatMessage{{Role: "system", Content: "sys"}, {Role: "user", Content: "q?"}},
+		Tools: agent.Tools(view, agent.PromptOptions{AllowAnswer: true})}, nil
+}
+
 func (f fakeSessions) Get(ctx context.Context, id string) (session.Session, error) {
 	if id != "s1" {
 		return session.Session{}, session.ErrUnknownSession
@@ -116,6 +127,16 @@ func TestContractAndJunk(t *testing.T) {
 		{"GET", "/v1/tasks?dataset=" + strings.Repeat("d", 257), "", false, "", 400, "bad_request"},
 		{"GET", "/v1/tasks?dataset=ds&split=" + strings.Repeat("%C3%A9", 256), "", false, "", 200, ""}, // 256 characters, 512 bytes
 		{"POST", "/v1/tasks", "", false, "", 405, "method_not_allowed"},
+		{"GET", "/v1/tasks/t-1/prompt", "", false, "", 200, ""},
+		{"GET", "/v1/tasks/t-1/prompt?endon=both", "", false, "", 400, "bad_request"},
+		{"GET", "/v1/tasks?datset=ds", "", false, "", 400, "bad_request"},
+		{"GET", "/v1/tasks?offset=&offset=zZ", "", false, "", 400, "bad_request"},
+		{"GET", "/v1/tasks/t-1/prompt?end_on=both&dataset=ds", "", false, "", 200, ""},
+		{"GET", "/v1/tasks/t-1/prompt?end_on=never", "", false, "", 400, "bad_request"},
+		{"GET", "/v1/tasks/nope/prompt", "", false, "", 404, "unknown_task"},
+		{"GET", "/v1/tasks/t-1/prompt", "", true, "", 401, "unauthorized"},
+		{"GET", "/v1/tasks/t-1/prompt?split=" + strings.Repeat("s", 257), "", false, "", 400, "bad_request"},
+		{"POST", "/v1/tasks/t-1/prompt", "", false, "", 405, "method_not_allowed"},
 		{"POST", "/v1/sessions", `{"task_id": "t-1"}`, false, "", 201, ""},
 		{"POST", "/v1/sessions", `{"task_id": "t-1", "options": {"run_id": "full"}}`, false, "", 429, "too_many_sessions"},
 		{"POST", "/v1/sessions", `{"task_id": "t-1", "options": {"episode_timeout_sec": 43.0, "max_turns": 4e0}}`, false, "", 201, ""},
@@ -123,6 +144,7 @@ func TestContractAndJunk(t *testing.T) {
 		{"POST", "/v1/sessions", `{"task_id": "t-1", "options": {"episode_timeout_sec": 43.0, "nope": 1}}`, false, "", 400, "malformed_body"},
 		{"POST", "/v1/sessions", `{"task_id": "nope"}`, false, "", 404, "unknown_task"},
 		{"POST", "/v1/sessions", `{"task_id": ""}`, false, "", 400, "bad_request"},
+		{"POST", "/v1/sessions", `{"task_id": " "}`, false, "", 400, "bad_request"},
 		{"POST", "/v1/sessions", `{"task": "t-1"}`, false, "", 400, "malformed_body"},
 		{"POST", "/v1/sessions", `[1, 2]`, false, "", 400, "malformed_body"},
 		{"POST", "/v1/sessions", `{"task_id": "t-1"} {}`, false, "", 400, "malformed_body"},

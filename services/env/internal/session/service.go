@@ -208,6 +208,29 @@ type CreateRequest struct {
 	Options                Options
 }
 
+// Prompt is what a session of a task would open with, without opening one.
+type Prompt struct {
+	Task     schemas.TaskView
+	Messages []schemas.ChatMessage
+	Tools    []agent.Tool
+}
+
+// Prompt returns the opening messages and tools of a task under the
+// request's options, built as Create (and the llm-worker) builds them; it
+// opens no session and stores nothing.
+func (s *Service) Prompt(r CreateRequest) (Prompt, error) {
+	task, err := s.deps.Catalog.Find(r.TaskID, r.Dataset, r.Split)
+	if err != nil {
+		return Prompt{}, err
+	}
+	opts, _, _, err := r.Options.resolve(s.deps.DefaultRun, s.deps.DefaultModel)
+	if err != nil {
+		return Prompt{}, err
+	}
+	po := agent.EpisodePromptOptions(opts, s.deps.SystemAsUser)
+	return Prompt{Task: task, Messages: agent.BuildMessages(task, po), Tools: agent.Tools(task, po)}, nil
+}
+
 // Create starts an episode of a task and returns its opening messages.
 func (s *Service) Create(ctx context.Context, r CreateRequest) (Created, error) {
 	task, err := s.deps.Catalog.Find(r.TaskID, r.Dataset, r.Split)

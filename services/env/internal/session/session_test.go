@@ -175,3 +175,35 @@ func TestOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestPromptIsCreatesOpening: Prompt answers the messages and tools a
+// session opens with, under each end_on, and stores nothing.
+func TestPromptIsCreatesOpening(t *testing.T) {
+	t.Parallel()
+	store := newMemStore()
+	w, _ := newWorld(t, store, Limits{})
+	for _, endOn := range []string{schemas.EndOnBoth, schemas.EndOnAccepted} {
+		opts := Options{EndOn: &endOn}
+		live := w.svc.Live()
+		p, err := w.svc.Prompt(CreateRequest{TaskID: task.ID, Options: opts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.svc.Live() != live {
+			t.Fatalf("end_on %s: Prompt opened a session", endOn)
+		}
+		c := create(t, w.svc, opts)
+		if !reflect.DeepEqual(p.Messages, c.Messages) || !reflect.DeepEqual(p.Tools, c.Tools) || p.Task.ID != task.ID {
+			t.Fatalf("end_on %s: prompt %+v\nsession %+v", endOn, p, c)
+		}
+	}
+	both, accepted := schemas.EndOnBoth, schemas.EndOnAccepted
+	pb, _ := w.svc.Prompt(CreateRequest{TaskID: task.ID, Options: Options{EndOn: &both}})
+	pa, _ := w.svc.Prompt(CreateRequest{TaskID: task.ID, Options: Options{EndOn: &accepted}})
+	if len(pb.Tools) == len(pa.Tools) { // control: the option reaches the builder
+		t.Fatalf("end_on both and accepted offer the same %d tools", len(pb.Tools))
+	}
+	if _, err := w.svc.Prompt(CreateRequest{TaskID: "nope"}); !errors.Is(err, ErrUnknownTask) {
+		t.Fatalf("unknown task: %v", err)
+	}
+}
