@@ -207,6 +207,18 @@ def score(w, req):
             "score_s": time.time() - t0}
 
 
+def die_with_parent():
+    """A torchrun rank dies with its launcher (Linux; PR_SET_PDEATHSIG):
+    the trainer kills the launcher, and ranks blocked in a collective would
+    otherwise live on."""
+    try:
+        import ctypes
+        import signal
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     train_step.add_common(p)
@@ -216,6 +228,8 @@ def main(argv=None):
     p.add_argument("--serve-name", default="", help="the name the initial weights are served as (default --model)")
     p.add_argument("--serve-keep", type=int, default=4, help="served snapshots kept (the oldest go first)")
     args = p.parse_args(argv)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        die_with_parent()
     rank, world = train_step.init_distributed()
     random.seed(args.seed)
     torch.manual_seed(args.seed)  # the same initial model on every rank
