@@ -133,7 +133,13 @@ class Policy:
             self._add(name, snap)
 
     def names(self):
-        return list(self.snaps)
+        """The served names, oldest first (read without the lock, which a
+        training step holds for long: retried if a step publishes meanwhile)."""
+        while True:
+            try:
+                return list(self.snaps)
+            except RuntimeError:
+                continue
 
     def prompt_ids(self, messages):
         if self.be.name == "hf":
@@ -145,7 +151,7 @@ class Policy:
         return ids + list(b"<assistant>\n")
 
     def complete(self, req):
-        name = req.get("model") or next(reversed(self.snaps))
+        name = req.get("model") or self.names()[-1]
         temp = req.get("temperature")
         temp = 1.0 if temp is None else float(temp)
         top_p = float(req.get("top_p") or 1.0)

@@ -65,7 +65,7 @@ func TestOnlineLoopServesItsOwnPolicy(t *testing.T) {
 			t.Fatalf("%v: %v\n%s", args, err, b)
 		}
 	}
-	env := testenv.Start(t, 2)
+	env := testenv.Start(t, 1) // one task, K = 2: the CPU step on ~4k-token MedCalc prompts is the slow part
 	steps, lr, temp, seed := 1, 1e-2, 1.0, int64(0)
 	cfg := online.Config{NATS: env.NATSURL, Store: env.Store, WorkDir: work, RunPrefix: "srv", Iterations: 2,
 		Datasets: []string{"medcalcbench"}, Split: "test", TaskIDs: env.TaskIDs(), Samples: 2, Temperature: &temp, Seed: &seed,
@@ -90,7 +90,7 @@ func TestOnlineLoopServesItsOwnPolicy(t *testing.T) {
 	var recorded [][]float32
 	for it, want := range []string{"tiny-llama", "srv-v1"} {
 		rows, err := st.ReadRun(ctx, fmt.Sprintf("srv-it%04d", it))
-		if err != nil || len(rows) != 4 {
+		if err != nil || len(rows) != 2 {
 			t.Fatalf("run %d: %d rows, %v", it, len(rows), err)
 		}
 		for _, r := range rows {
