@@ -72,8 +72,7 @@ def check_adapter(out, model_dir, mode):
     check(os.path.exists(os.path.join(out, "adapter_model.safetensors")), "%s: no adapter_model.safetensors" % mode)
 
 
-PROMPT = [{"role": "system", "content": "You are a careful clinical calculator."},
-          {"role": "user", "content": "Compute the creatinine clearance."}]
+PROMPT = read_jsonl(os.path.join(TESTDATA, "toy_grpo.jsonl"))[0]["prompt"]  # where GRPO moves the policy most
 STEP = ["--steps", "15", "--lr", "5e-3", "--micro-batch", "2"]
 RECIPE = {"steps": 15, "lr": 5e-3, "micro_batch": 2}
 
@@ -167,16 +166,19 @@ def check_serving(w, model_dir, grpo_out, base0):
     fixed prompt's logprobs under "v1" are those the saved adapter gives
     (recomputed by the training code) and differ from the base's, while
     "base" still serves the weights from before the step."""
-    tol = 5e-2 if _cuda() else 1e-4  # bf16 on a GPU
+    # fp32 on the CPU: generation and the recomputation agree to ~1e-6; bf16
+    # on a GPU to a few 1e-2 (the step moves them by ~1e-1).
+    tol = 5e-2 if _cuda() else 1e-4
     prompt, toks1, lps1 = w.chat("v1")
     check(prompt == base0[0], "the prompt's token ids changed")
     check(w.chat("base") == base0, "the base's snapshot changed under training")
     want1 = token_logps(model_dir, grpo_out, prompt, toks1)
-    check(max(abs(a - b) for a, b in zip(lps1, want1)) < tol, "v1's served logprobs %s, the adapter gives %s" % (lps1, want1))
+    err = max(abs(a - b) for a, b in zip(lps1, want1))
+    check(err < tol, "v1's served logprobs %s, the adapter gives %s" % (lps1, want1))
     wantb = token_logps(model_dir, "", prompt, toks1)
     moved = max(abs(a - b) for a, b in zip(lps1, wantb))
-    check(moved > 10 * tol, "v1 serves like the base: logprobs differ by %g" % moved)
-    return {"logprob_change": moved, "tokens": len(toks1)}
+    check(moved > max(3 * err, 1e-2), "v1 serves like the base: logprobs differ by %g (from v1's: %g)" % (moved, err))
+    return {"logprob_change": moved, "logprob_error": err, "tokens": len(toks1)}
 
 
 def _cuda():
