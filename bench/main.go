@@ -49,7 +49,7 @@ var suites = []suite{
 		{"episodes stored per second, 256 per Write (the verifier's Batcher) / one per Write", "BenchmarkWrite/batch-256", "BenchmarkWrite/batch-1", "rows/s"},
 		{"bytes on disk per episode, one per Write / 256 per Write", "BenchmarkWrite/batch-1", "BenchmarkWrite/batch-256", "disk-B/row"},
 	}},
-	{Name: "sandbox", Pkg: "./services/sandbox-worker/internal/sandbox", Bench: "BenchmarkPandasGroupby", Benchtime: "1x", Ratios: []ratio{
+	{Name: "sandbox", Pkg: "./services/sandbox-worker/sandbox", Bench: "BenchmarkPandasGroupby", Benchtime: "1x", Ratios: []ratio{
 		{"pandas action p50, cold bwrap / warm pool", "BenchmarkPandasGroupby/cold", "BenchmarkPandasGroupby/warm", "p50-ms"},
 		{"pandas action p50 on an episode's second turn, docker / warm pool", "BenchmarkPandasGroupby/docker", "BenchmarkPandasGroupby/warm", "turn2-p50-ms"},
 		{"pandas action p50 on an episode's first turn (docker: container start), docker / cold bwrap", "BenchmarkPandasGroupby/docker", "BenchmarkPandasGroupby/cold", "p50-ms"},
@@ -58,15 +58,15 @@ var suites = []suite{
 		{What: "docker with a ready pool: first turn p50 (ms)", Num: "BenchmarkPandasGroupby/docker-pool", Unit: "p50-ms"},
 		{What: "docker with a ready pool: episodes served by a pooled container", Num: "BenchmarkPandasGroupby/docker-pool", Unit: "pool-hits/op"},
 	}},
-	{Name: "pipeline", Pkg: "./cmd/medgym", Bench: "BenchmarkPipelineOverhead", Benchtime: "1x", Show: []ratio{
+	{Name: "pipeline", Pkg: "./systemtest", Bench: "BenchmarkPipelineOverhead", Benchtime: "1x", Show: []ratio{
 		{What: "pipeline overhead per turn, p50 (ms)", Num: "BenchmarkPipelineOverhead", Unit: "overhead-p50-ms"},
 		{What: "pipeline overhead per turn, p95 (ms)", Num: "BenchmarkPipelineOverhead", Unit: "overhead-p95-ms"},
 	}},
-	{Name: "scaling", Pkg: "./cmd/medgym", Bench: "BenchmarkSandboxScaling", Benchtime: "1x", Ratios: []ratio{
+	{Name: "scaling", Pkg: "./systemtest", Bench: "BenchmarkSandboxScaling", Benchtime: "1x", Ratios: []ratio{
 		{"episodes/s, 2 sandbox-worker processes / 1", "BenchmarkSandboxScaling", "BenchmarkSandboxScaling", "episodes/s-2w|episodes/s-1w"},
 		{"episodes/s, 4 sandbox-worker processes / 1", "BenchmarkSandboxScaling", "BenchmarkSandboxScaling", "episodes/s-4w|episodes/s-1w"},
 	}},
-	{Name: "concurrency", Pkg: "./cmd/medgym", Bench: "BenchmarkConcurrentEpisodes", Benchtime: "1x", Show: []ratio{
+	{Name: "concurrency", Pkg: "./systemtest", Bench: "BenchmarkConcurrentEpisodes", Benchtime: "1x", Show: []ratio{
 		{What: "model requests in flight at once, of 1,000 episodes", Num: "BenchmarkConcurrentEpisodes", Unit: "peak-model-requests"},
 		{What: "llm-worker peak RSS (MiB) with 1,000 episodes in flight", Num: "BenchmarkConcurrentEpisodes", Unit: "peak-MiB-llm-worker"},
 	}},

@@ -10,15 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/medgym/medgym/services/trainer/internal/testenv"
-	"github.com/medgym/medgym/services/trainer/internal/worker"
+	"github.com/medgym/medgym/services/trainer/trainertest"
+	"github.com/medgym/medgym/services/trainer/worker"
 )
 
 // python is the interpreter with torch (the project venv; see
-// testenv.Python).
+// trainertest.Python).
 func python(t *testing.T, modules ...string) string {
 	t.Helper()
-	return testenv.Python(t, modules...)
+	return trainertest.Python(t, modules...)
 }
 
 // TestTrainStepPythonUnits runs python/test_*.py (unittest): fitting
