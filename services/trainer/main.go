@@ -21,6 +21,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/services/trainer/online"
 	"github.com/medgym/medgym/services/trainer/train"
 	"github.com/medgym/medgym/store"
@@ -122,8 +123,18 @@ func cmdOnline(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "config file (JSON or YAML)")
 	level := fs.String("log", "info", "log level: debug, info, warn, error")
+	var tlsFiles bus.TLS
+	tlsFiles.RegisterFlags(fs, os.Getenv)
+	wait, waitErr := bus.ConnectTimeoutEnv(os.Getenv, 0)
+	fs.DurationVar(&wait, "connect-timeout", wait, bus.ConnectTimeoutUsage+"; default 0: wait until stopped (env MEDGYM_CONNECT_TIMEOUT)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if waitErr != nil {
+		return fmt.Errorf("online: %w", waitErr)
+	}
+	if wait < 0 {
+		return fmt.Errorf("online: --connect-timeout %s: must be ≥ 0 (0: wait until stopped)", wait)
 	}
 	if *cfgPath == "" {
 		return errors.New("online: --config is required")
@@ -137,6 +148,6 @@ func cmdOnline(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
-	_, err = online.Run(ctx, cfg, stdout, log)
+	_, err = online.Run(ctx, cfg, stdout, log, bus.WithTLS(tlsFiles), bus.WithConnectTimeout(wait))
 	return err
 }
