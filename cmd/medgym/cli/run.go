@@ -30,37 +30,37 @@ import (
 // shared service flags, and where to run (--nats, --state).
 type RunFlags struct {
 	ServiceFlags
-	NATS         string
-	State        string
+	NATS  string
+	State string
 	// ConnectTimeout bounds the wait for a --nats server that is not
 	// reachable yet (default 1m; 0: wait until stopped).
 	ConnectTimeout time.Duration
-	RunID        string
-	Datasets     string
-	Split        string
-	Limit        int
-	Seed         int64
-	Categories   string
-	TaskIDs      string
-	Samples      int
-	Temperatures string
-	PolicySeed   *int64
-	Policy       string
-	LLMURL       string
-	Model        string
-	APIKeyEnv    string
-	MaxTokens    int
-	Logprobs     bool
-	MaxTurns     int
-	EndOn        string
-	ShowVerdict  bool
-	LoopGuard    string
-	VerifierMode string
-	ActionTO     int
-	EpisodeTO    int
-	MaxInFlight  int
-	Quiet        bool
-	SpecFile     string
+	RunID          string
+	Datasets       string
+	Split          string
+	Limit          int
+	Seed           int64
+	Categories     string
+	TaskIDs        string
+	Samples        int
+	Temperatures   string
+	PolicySeed     *int64
+	Policy         string
+	LLMURL         string
+	Model          string
+	APIKeyEnv      string
+	MaxTokens      int
+	Logprobs       bool
+	MaxTurns       int
+	EndOn          string
+	ShowVerdict    bool
+	LoopGuard      string
+	VerifierMode   string
+	ActionTO       int
+	EpisodeTO      int
+	MaxInFlight    int
+	Quiet          bool
+	SpecFile       string
 	// upstreamCompat starts the options from schemas.UpstreamOptions;
 	// explicit holds the flags given on the command line (set by cmdRun),
 	// so that one contradicting upstream's rules is an error, and so that
