@@ -2,6 +2,8 @@ package bus_test
 
 import (
 	"context"
+	"flag"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -129,5 +131,41 @@ func TestConnectTimeout(t *testing.T) {
 	ccancel()
 	if _, err := bus.Connect(cctx, url, "stopped", log, bus.WithConnectTimeout(0)); err == nil {
 		t.Error("a cancelled wait connected")
+	}
+}
+
+// TestConnectTimeoutFlag: --connect-timeout takes a duration ≥ 0 and
+// defaults to MEDGYM_CONNECT_TIMEOUT; a bad environment value is an error
+// unless the flag overrides it.
+func TestConnectTimeoutFlag(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		args []string
+		want time.Duration
+		bad  bool
+	}{
+		{"", nil, 0, false},
+		{"90s", nil, 90 * time.Second, false},
+		{"", []string{"--connect-timeout", "2m"}, 2 * time.Minute, false},
+		{"soon", nil, 0, true},
+		{"soon", []string{"--connect-timeout", "5s"}, 5 * time.Second, false},
+		{"", []string{"--connect-timeout", "-1s"}, 0, true},
+	} {
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		var f bus.StartFlags
+		f.RegisterFlags(fs, func(k string) string {
+			if k == "MEDGYM_CONNECT_TIMEOUT" {
+				return c.env
+			}
+			return ""
+		})
+		err := fs.Parse(c.args)
+		if err == nil {
+			_, err = f.Options()
+		}
+		if (err != nil) != c.bad || !c.bad && f.ConnectTimeout != c.want {
+			t.Errorf("env %q args %v: %s, err %v; want %s, error %v", c.env, c.args, f.ConnectTimeout, err, c.want, c.bad)
+		}
 	}
 }

@@ -130,8 +130,36 @@ func (f *StartFlags) RegisterFlags(fs *flag.FlagSet, getenv func(string) string)
 	f.Streams.RegisterFlags(fs, getenv)
 	required, _ := strconv.ParseBool(getenv("MEDGYM_METRICS_REQUIRED"))
 	fs.BoolVar(&f.MetricsRequired, "metrics-required", required, "exit when --metrics cannot be bound, instead of warning and running without metrics (env MEDGYM_METRICS_REQUIRED)")
-	f.ConnectTimeout, f.timeoutErr = ConnectTimeoutEnv(getenv, 0)
-	fs.DurationVar(&f.ConnectTimeout, "connect-timeout", f.ConnectTimeout, ConnectTimeoutUsage+"; default 0: wait until stopped (env MEDGYM_CONNECT_TIMEOUT)")
+	RegisterConnectTimeout(fs, getenv, &f.ConnectTimeout, &f.timeoutErr)
+}
+
+// RegisterConnectTimeout adds --connect-timeout to fs, setting *d: its
+// default is MEDGYM_CONNECT_TIMEOUT, else 0 (wait until stopped). A bad
+// environment value is left in *envErr unless the flag is given.
+func RegisterConnectTimeout(fs *flag.FlagSet, getenv func(string) string, d *time.Duration, envErr *error) {
+	*d, *envErr = ConnectTimeoutEnv(getenv, 0)
+	fs.Var(&timeoutValue{d: d, envErr: envErr}, "connect-timeout", ConnectTimeoutUsage+"; 0: wait until stopped (env MEDGYM_CONNECT_TIMEOUT; default 0)")
+}
+
+type timeoutValue struct {
+	d      *time.Duration
+	envErr *error
+}
+
+func (v *timeoutValue) String() string {
+	if v == nil || v.d == nil {
+		return "0s"
+	}
+	return v.d.String()
+}
+
+func (v *timeoutValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return fmt.Errorf("want a duration ≥ 0 such as 2m (0: wait until stopped)")
+	}
+	*v.d, *v.envErr = d, nil
+	return nil
 }
 
 // ConnectTimeoutUsage describes --connect-timeout; callers add the default.

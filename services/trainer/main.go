@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/services/trainer/online"
@@ -125,16 +126,14 @@ func cmdOnline(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	level := fs.String("log", "info", "log level: debug, info, warn, error")
 	var tlsFiles bus.TLS
 	tlsFiles.RegisterFlags(fs, os.Getenv)
-	wait, waitErr := bus.ConnectTimeoutEnv(os.Getenv, 0)
-	fs.DurationVar(&wait, "connect-timeout", wait, bus.ConnectTimeoutUsage+"; default 0: wait until stopped (env MEDGYM_CONNECT_TIMEOUT)")
+	var wait time.Duration
+	var waitErr error
+	bus.RegisterConnectTimeout(fs, os.Getenv, &wait, &waitErr)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if waitErr != nil {
 		return fmt.Errorf("online: %w", waitErr)
-	}
-	if wait < 0 {
-		return fmt.Errorf("online: --connect-timeout %s: must be ≥ 0 (0: wait until stopped)", wait)
 	}
 	if *cfgPath == "" {
 		return errors.New("online: --config is required")
