@@ -154,12 +154,7 @@ func TestConnectTimeoutFlag(t *testing.T) {
 		fs := flag.NewFlagSet("x", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		var f bus.StartFlags
-		f.RegisterFlags(fs, func(k string) string {
-			if k == "MEDGYM_CONNECT_TIMEOUT" {
-				return c.env
-			}
-			return ""
-		})
+		f.RegisterFlags(fs, oneEnv("MEDGYM_CONNECT_TIMEOUT", c.env))
 		err := fs.Parse(c.args)
 		if err == nil {
 			_, err = f.Options()
