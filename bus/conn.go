@@ -296,21 +296,28 @@ func Start(ctx context.Context, url, name, metricsAddr string, log *slog.Logger,
 	// (WithConnectTimeout) and answers 503 until the streams exist.
 	m := NewMetrics()
 	m.starting.Store(true)
-	if err := m.Serve(ctx, metricsAddr, conn, log); err != nil {
+	// The metrics server stops with ctx, or at once when Start fails.
+	mctx, stopMetrics := context.WithCancel(ctx)
+	fail := func(err error) (*Conn, *Metrics, error) {
+		stopMetrics()
+		return nil, nil, err
+	}
+	context.AfterFunc(ctx, stopMetrics)
+	if err := m.Serve(mctx, metricsAddr, conn, log); err != nil {
 		if cfg.metricsRequired {
 			conn.nc.Close()
-			return nil, nil, fmt.Errorf("%w (--metrics-required; --metrics 127.0.0.1:0 picks a free port)", err)
+			return fail(fmt.Errorf("%w (--metrics-required; --metrics 127.0.0.1:0 picks a free port)", err))
 		}
 		log.Warn("running without /metrics and /healthz: the metrics address is taken (another process of this kind on this host?); set --metrics to a free address, or 127.0.0.1:0 for any free port, or --metrics-required to make this an error",
 			"addr", metricsAddr, "err", err)
 	}
 	if err := conn.ready(ctx, url, cfg); err != nil {
 		conn.nc.Close()
-		return nil, nil, err
+		return fail(err)
 	}
 	if err := EnsureStreams(ctx, conn, cfg.streams); err != nil {
 		conn.Close()
-		return nil, nil, err
+		return fail(err)
 	}
 	m.starting.Store(false)
 	return conn, m, nil

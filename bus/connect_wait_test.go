@@ -124,6 +124,23 @@ func TestConnectTimeout(t *testing.T) {
 		strings.Contains(err.Error(), "s3cr3t") {
 		t.Errorf("bounded wait: err = %v", err)
 	}
+	// A Start that gives up frees its metrics address.
+	maddr := "127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
+	if _, _, err := bus.Start(ctx, url, "bounded", maddr, log, bus.WithConnectTimeout(300*time.Millisecond)); err == nil {
+		t.Fatal("Start connected to nothing")
+	}
+	for {
+		ln, err := net.Listen("tcp", maddr)
+		if err == nil {
+			ln.Close()
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the metrics address of a failed Start is still held: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	if _, err := bus.Connect(ctx, url, "now", log); err == nil || !strings.Contains(err.Error(), "is nats-server running") {
 		t.Errorf("no wait: err = %v", err)
 	}
