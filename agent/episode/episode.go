@@ -48,8 +48,16 @@ type Engine struct {
 	Worker       string
 }
 
-// Step is what to publish after a state change: exactly one of Action and
-// Result is set.
+// ErrAwaitReply, returned by a Policy, says the reply comes from outside
+// medgym and is not here yet (the environment server's client is the
+// model). Start, Continue and Resume then return the state reached so far
+// and a Step with neither Action nor Result: the episode waits for the
+// reply, which the caller hands in by calling Resume once its Policy has it.
+var ErrAwaitReply = errors.New("awaiting the policy's reply")
+
+// Step is what to publish after a state change: at most one of Action and
+// Result is set; neither when the episode awaits an outside reply
+// (ErrAwaitReply).
 type Step struct {
 	Action *schemas.ActionRequest
 	Result *schemas.EpisodeResult
@@ -65,9 +73,8 @@ func (e *Engine) now() time.Time {
 // Start begins an episode.
 func (e *Engine) Start(ctx context.Context, req schemas.EpisodeRequest) (schemas.EpisodeState, Step, error) {
 	st := schemas.EpisodeState{
-		Request: req,
-		Messages: agent.BuildMessages(req.Task, agent.PromptOptions{SystemAsUser: e.SystemAsUser,
-			AllowAnswer: req.Options.EndOn != schemas.EndOnAccepted, Upstream: req.Options.Upstream()}),
+		Request:   req,
+		Messages:  agent.BuildMessages(req.Task, agent.EpisodePromptOptions(req.Options, e.SystemAsUser)),
 		StartedAt: e.now(),
 	}
 	return e.advance(ctx, st)
@@ -80,6 +87,23 @@ var ErrStale = errors.New("stale observation")
 // turn that is not pending returns ErrStale with the unchanged state; the
 // caller re-publishes st's pending message.
 func (e *Engine) Continue(ctx context.Context, st schemas.EpisodeState, obs schemas.Observation) (schemas.EpisodeState, Step, error) {
+	return e.fold(st, obs, func(st schemas.EpisodeState) (schemas.EpisodeState, Step, error) { return e.advance(ctx, st) })
+}
+
+// Stop folds obs into st as Continue does (the turn is kept), then ends
+// the episode as an infrastructure failure with msg instead of sampling
+// the next step: its run was cancelled with --drop. An episode the
+// observation ends anyway (accepted, sandbox error) ends as it would.
+func (e *Engine) Stop(st schemas.EpisodeState, obs schemas.Observation, msg string) (schemas.EpisodeState, Step, error) {
+	return e.fold(st, obs, func(st schemas.EpisodeState) (schemas.EpisodeState, Step, error) {
+		return e.finish(st, schemas.EndInfraFailure, "", msg)
+	})
+}
+
+// fold folds obs into st and takes the next step with next unless the
+// observation ends the episode.
+func (e *Engine) fold(st schemas.EpisodeState, obs schemas.Observation,
+	next func(schemas.EpisodeState) (schemas.EpisodeState, Step, error)) (schemas.EpisodeState, Step, error) {
 	if st.Result != nil || st.PendingAction == nil || st.PendingAction.Ref.Turn != obs.Ref.Turn {
 		return st, Step{}, ErrStale
 	}
@@ -114,6 +138,18 @@ func (e *Engine) Continue(ctx context.Context, st schemas.EpisodeState, obs sche
 	if obs.Check != nil && obs.Check.Accepted && st.Request.Options.EndOn != schemas.EndOnAnswer {
 		return e.finish(st, schemas.EndAccepted, obs.Check.Answer, "")
 	}
+	return next(st)
+}
+
+// Resume takes the next policy step of an episode that awaits an outside
+// reply (Step with neither Action nor Result, see ErrAwaitReply). A state
+// with a pending action or a result returns ErrStale unchanged.
+func (e *Engine) Resume(ctx context.Context, st schemas.EpisodeState) (schemas.EpisodeState, Step, error) {
+	if st.Result != nil || st.PendingAction != nil {
+		return st, Step{}, ErrStale
+	}
+	st.Turns = slices.Clip(st.Turns)
+	st.Messages = slices.Clip(st.Messages)
 	return e.advance(ctx, st)
 }
 
@@ -142,6 +178,9 @@ func (e *Engine) advance(ctx context.Context, st schemas.EpisodeState) (schemas.
 			return e.finish(st, schemas.EndInfraFailure, "", err.Error())
 		}
 		c, err := pol.Complete(ctx, req, st.Messages)
+		if errors.Is(err, ErrAwaitReply) {
+			return st, Step{}, nil
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return st, Step{}, fmt.Errorf("policy step %d: %w", len(st.Turns), ctx.Err())
