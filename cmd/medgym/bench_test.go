@@ -17,6 +17,7 @@ package main
 //     llm-worker, verifier and dispatcher.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -30,6 +31,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -156,12 +158,13 @@ func publishTimes(ctx context.Context, b *testing.B, conn *bus.Conn, stream, sub
 // flight) at 1 and at 4 episodes in flight, and cold bubblewrap at 4 for
 // scale. The exec duration the sandbox reports is whole milliseconds
 // (ExecResult.DurationMS, truncated), so the sandbox side overstates by
-// 0-1 ms, 0.5 ms on average.
+// 0-1 ms, 0.5 ms on average. The model time left out of the return path
+// is the fake model's own handler time (timedModel), to the microsecond.
 func BenchmarkPipelineOverhead(b *testing.B) {
 	for _, c := range []struct {
 		name                string
 		warm, inFlight, eps int
-	}{{"warm/inflight=1", 1, 1, 12}, {"warm/inflight=4", 4, 4, 40}, {"cold/inflight=4", 0, 4, 40}} {
+	}{{"warm/inflight=1", 1, 1, 12}, {"warm/inflight=4", 4, 4, 24}, {"cold/inflight=4", 0, 4, 24}} {
 		b.Run(c.name, func(b *testing.B) { pipelineOverhead(b, c.warm, c.inFlight, c.eps) })
 	}
 }
@@ -171,8 +174,9 @@ func pipelineOverhead(b *testing.B, warm, inFlight, episodes int) {
 	defer cancel()
 	work := benchWork(b)
 	f := benchFlags(b, work)
-	llm := script(codeReply("print(1)"), codeReply("print(2)"), codeReply("print(3)"),
-		codeReply("print(4)"), codeReply("print(5)"), answerReply)
+	model := &timedModel{h: fakellm.New(fakellm.Config{Policy: "script", Seed: 1, Model: "fake", Script: []string{
+		codeReply("print(1)"), codeReply("print(2)"), codeReply("print(3)"), codeReply("print(4)"), codeReply("print(5)"), answerReply}})}
+	llm := httptest.NewServer(model)
 	defer llm.Close()
 	ns, err := embedded.Start(embedded.Options{StoreDir: filepath.Join(work, "js")})
 	if err != nil {
@@ -219,14 +223,15 @@ func pipelineOverhead(b *testing.B, warm, inFlight, episodes int) {
 				continue
 			}
 			s := to.Sub(ta).Seconds()*1000 - float64(r.Turns[i].DurationMS)
-			p := tn.Sub(to).Seconds()*1000 - float64(r.Turns[i+1].LLMLatencyMS)
+			mt := model.tookMS(r.EpisodeID, i+1)
+			p := tn.Sub(to).Seconds()*1000 - mt
 			side, ret, total = append(side, s), append(ret, p), append(total, s+p)
 			sandbox = append(sandbox, float64(r.Turns[i].DurationMS))
 			// The return path's two legs: the verifier (observation to
 			// checked observation) and the llm-worker (to the next action).
 			if tc, ok := checked[fmt.Sprintf("%s/%d", r.EpisodeID, i)]; ok {
 				verify = append(verify, tc.Sub(to).Seconds()*1000)
-				llmHop = append(llmHop, tn.Sub(tc).Seconds()*1000-float64(r.Turns[i+1].LLMLatencyMS))
+				llmHop = append(llmHop, tn.Sub(tc).Seconds()*1000-mt)
 			}
 		}
 	}
@@ -254,6 +259,49 @@ func pipelineOverhead(b *testing.B, warm, inFlight, episodes int) {
 	b.ReportMetric(quantile(total, 0.5), "overhead-p50-ms")
 	b.ReportMetric(quantile(total, 0.95), "overhead-p95-ms")
 	b.ReportMetric(eps, "episodes/s")
+}
+
+// timedModel serves a fake model and records how long its handler took
+// for each (episode, turn): the model time the return path leaves out,
+// to the microsecond (the trajectory's llm_latency_ms is whole
+// milliseconds). The HTTP round trip to the model stays in the return path.
+type timedModel struct {
+	h    http.Handler
+	mu   sync.Mutex
+	took map[string]time.Duration
+}
+
+func (m *timedModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var req struct {
+		User     string `json:"user"`
+		Messages []struct {
+			Role string `json:"role"`
+		} `json:"messages"`
+	}
+	_ = json.Unmarshal(body, &req)
+	turn := 0
+	for _, msg := range req.Messages {
+		if msg.Role == "assistant" {
+			turn++
+		}
+	}
+	begin := time.Now()
+	m.h.ServeHTTP(w, r)
+	m.mu.Lock()
+	if m.took == nil {
+		m.took = map[string]time.Duration{}
+	}
+	m.took[fmt.Sprintf("%s/%d", req.User, turn)] = time.Since(begin)
+	m.mu.Unlock()
+}
+
+// tookMS is the model's time for an episode's turn, in milliseconds.
+func (m *timedModel) tookMS(episode string, turn int) float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.took[fmt.Sprintf("%s/%d", episode, turn)].Seconds() * 1000
 }
 
 func readRunTB(ctx context.Context, b *testing.B, storeURL, runID string) []parquet.Row {
