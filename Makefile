@@ -3,11 +3,13 @@ SHELL   := /bin/bash
 BIN     := $(CURDIR)/bin
 MODULES := $(shell go list -m -f '{{.Dir}}' 2>/dev/null)
 PKGS    := $(addsuffix /...,$(MODULES))
+# the system tests (systemtest/: tests that compose the services) run in their own stage
+UNIT_PKGS := $(filter-out $(CURDIR)/systemtest/...,$(PKGS))
 TOOLS   ?= $(HOME)/.cache/medgym/bin
 export MEDGYM_TOOLS := $(TOOLS)
 SERVICES := dispatcher llm-worker sandbox-worker verifier trainer
 
-.PHONY: all setup setup-test venv build library demo test test-go test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
+.PHONY: all setup setup-test venv build library demo test test-go test-system test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
 
 all: build
 
@@ -46,7 +48,7 @@ demo: setup build
 
 ## verify-all: run every generated task's reference solution and check it with the strict verifier
 verify-all: library
-	MEDGYM_ALL_REFS=1 go test -count=1 -timeout 60m -run TestEveryReferenceSolution -v ./cmd/medgym | grep -E "passed|FAIL|ok"
+	MEDGYM_ALL_REFS=1 go test -count=1 -timeout 60m -run TestEveryReferenceSolution -v ./systemtest | grep -E "passed|FAIL|ok"
 
 vet:
 	go vet $(PKGS)
@@ -57,9 +59,10 @@ fmt:
 tidy:
 	@for m in $(MODULES); do (cd $$m && GOWORK=off go mod tidy -diff >/dev/null) || { echo "go mod tidy needed in $$m"; exit 1; }; done
 
-## test: every check CI runs: gofmt, vet, go mod tidy, race tests (Docker backend included),
-## the sandbox on cgroup v2, every reference solution, bounded fuzzing; prints each stage's time
-TEST_STAGES := setup-test library fmt vet tidy test-go test-cgroup2 verify-all fuzz
+## test: every check CI runs: gofmt, vet, go mod tidy, race tests (Docker backend included) of the
+## packages and of the system tests, the sandbox on cgroup v2, every reference solution, bounded
+## fuzzing; prints each stage's time
+TEST_STAGES := setup-test library fmt vet tidy test-go test-system test-cgroup2 verify-all fuzz
 test:
 	@scripts/stages.sh $(TEST_STAGES)
 
@@ -67,19 +70,24 @@ test:
 test-cgroup2: setup-test
 	scripts/cgroup2-vm.sh
 
-## test-go: the Go tests with the race detector (installs and starts what they need)
+## test-go: the Go tests of every module but systemtest, with the race detector (installs and starts what they need)
 test-go: setup-test library
-	MEDGYM_DOCKER=1 MEDGYM_LIBRARY=$(CURDIR)/build/library go test -race -count=1 -timeout 30m $(PKGS)
+	MEDGYM_DOCKER=1 MEDGYM_LIBRARY=$(CURDIR)/build/library go test -race -count=1 -timeout 30m $(UNIT_PKGS)
 	@# Task generation is ~20x slower under the race detector (pure-Go SQLite), so the
 	@# generators' determinism and solvability tests run once more without it.
 	go test -count=1 -timeout 20m ./tasks/...
+
+## test-system: the system tests (systemtest/: the pipeline end to end, chaos, outages, the cluster,
+## deployment files, the trainer against a pipeline) with the race detector
+test-system: setup-test library
+	MEDGYM_DOCKER=1 MEDGYM_LIBRARY=$(CURDIR)/build/library go test -race -count=1 -timeout 30m ./systemtest/...
 
 test-short:
 	go test -short -count=1 $(PKGS)
 
 ## fuzz: each fuzz target for a bounded time (FUZZTIME, default 20s)
 FUZZTIME ?= 20s
-FUZZ_TARGETS := agent:FuzzParse services/verifier/internal/verify:FuzzParsers services/verifier/internal/verify:FuzzCheck
+FUZZ_TARGETS := agent:FuzzParse services/verifier/verify:FuzzParsers services/verifier/verify:FuzzCheck
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		dir=$${t%%:*}; name=$${t##*:}; echo "fuzz $$name in $$dir ($(FUZZTIME))"; \

@@ -61,7 +61,7 @@ var suites = []suite{
 		{"episodes stored per second, 256 per Write (the verifier's Batcher) / one per Write", "BenchmarkWrite/batch-256", "BenchmarkWrite/batch-1", "rows/s"},
 		{"bytes on disk per episode, one per Write / 256 per Write", "BenchmarkWrite/batch-1", "BenchmarkWrite/batch-256", "disk-B/row"},
 	}},
-	{Name: "sandbox", Pkg: "./services/sandbox-worker/internal/sandbox", Bench: "BenchmarkPandasGroupby", Benchtime: "20x", Ratios: []ratio{
+	{Name: "sandbox", Pkg: "./services/sandbox-worker/sandbox", Bench: "BenchmarkPandasGroupby", Benchtime: "20x", Ratios: []ratio{
 		{"pandas action p50, cold bwrap / warm pool", "BenchmarkPandasGroupby/cold", "BenchmarkPandasGroupby/warm", "p50-ms"},
 		{"pandas action p50 on an episode's second turn, docker / warm pool", "BenchmarkPandasGroupby/docker", "BenchmarkPandasGroupby/warm", "turn2-p50-ms"},
 		{"pandas action p50 on an episode's first turn (docker: container start), docker / cold bwrap", "BenchmarkPandasGroupby/docker", "BenchmarkPandasGroupby/cold", "p50-ms"},
@@ -76,7 +76,7 @@ var suites = []suite{
 		{ratio: ratio{"warm pandas action p50 < 10 ms", "BenchmarkPandasGroupby/warm", "", "p50-ms"}, Max: 10},
 		{ratio: ratio{"cold bwrap / warm pool p50 >= 50x", "BenchmarkPandasGroupby/cold", "BenchmarkPandasGroupby/warm", "p50-ms"}, Min: 50},
 	}},
-	{Name: "pipeline", Pkg: "./cmd/medgym", Bench: "BenchmarkPipelineOverhead", Benchtime: "1x", Show: []ratio{
+	{Name: "pipeline", Pkg: "./systemtest", Bench: "BenchmarkPipelineOverhead", Benchtime: "1x", Show: []ratio{
 		{What: "warm pool, 1 episode in flight: overhead per turn, p50 (ms)", Num: pipeWarm1, Unit: "overhead-p50-ms"},
 		{What: "warm pool, 4 episodes in flight: overhead per turn, p50 (ms)", Num: pipeWarm4, Unit: "overhead-p50-ms"},
 		{What: "warm pool, 4 episodes in flight: overhead per turn, p95 (ms)", Num: pipeWarm4, Unit: "overhead-p95-ms"},
@@ -87,16 +87,16 @@ var suites = []suite{
 		{ratio: ratio{"warm, 4 in flight: sandbox side p50 < 2 ms", pipeWarm4, "", "sandbox-p50-ms"}, Max: 2},
 		{ratio: ratio{"warm, 4 in flight: return path p50 < 2 ms", pipeWarm4, "", "return-p50-ms"}, Max: 2},
 	}},
-	{Name: "scaling", Pkg: "./cmd/medgym", Bench: "BenchmarkSandboxScaling", Benchtime: "1x", Ratios: []ratio{
+	{Name: "scaling", Pkg: "./systemtest", Bench: "BenchmarkSandboxScaling", Benchtime: "1x", Ratios: []ratio{
 		{"episodes/s, 2 sandbox-worker processes / 1", "BenchmarkSandboxScaling", "BenchmarkSandboxScaling", "episodes/s-2w|episodes/s-1w"},
 		{"episodes/s, 4 sandbox-worker processes / 1", "BenchmarkSandboxScaling", "BenchmarkSandboxScaling", "episodes/s-4w|episodes/s-1w"},
 	}},
-	{Name: "concurrency", Pkg: "./cmd/medgym", Bench: "BenchmarkConcurrentEpisodes", Benchtime: "1x", Show: []ratio{
+	{Name: "concurrency", Pkg: "./systemtest", Bench: "BenchmarkConcurrentEpisodes", Benchtime: "1x", Show: []ratio{
 		{What: "model requests in flight at once, of 1,000 episodes", Num: "BenchmarkConcurrentEpisodes", Unit: "peak-model-requests"},
 		{What: "llm-worker peak RSS (MiB) with 1,000 episodes in flight", Num: "BenchmarkConcurrentEpisodes", Unit: "peak-MiB-llm-worker"},
 		{What: "seconds over which the 1,000 model requests began (all in flight at once needs < 1)", Num: "BenchmarkConcurrentEpisodes", Unit: "admission-s"},
 	}},
-	{Name: "hosts", Pkg: "./cmd/medgym", Bench: "BenchmarkScalingAcrossHosts", Benchtime: "1x", Ratios: []ratio{
+	{Name: "hosts", Pkg: "./systemtest", Bench: "BenchmarkScalingAcrossHosts", Benchtime: "1x", Ratios: []ratio{
 		{"episodes/s, 2 llm-workers on their own hosts / 1 (1 s model, --concurrency 8)", hosts, hosts, "llm-episodes/s-2w|llm-episodes/s-1w"},
 		{"episodes/s, 4 llm-workers / 1", hosts, hosts, "llm-episodes/s-4w|llm-episodes/s-1w"},
 		{"episodes/s, 8 llm-workers / 1", hosts, hosts, "llm-episodes/s-8w|llm-episodes/s-1w"},

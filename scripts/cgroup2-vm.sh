@@ -30,7 +30,7 @@ if [ "${#patterns[@]}" = 0 ]; then
     '^TestAbuse$/^cold$/^(shared_memory_bomb|fork_bomb|background_processes_die_with_the_run)$'
     '^TestProjectQuota$/^cold')
 fi
-pkg=services/sandbox-worker/internal/sandbox
+pkg=services/sandbox-worker/sandbox
 
 kernel=$(ls /boot/vmlinuz-* 2>/dev/null | sort -V | tail -1 || true)
 busybox=$(command -v busybox || true)

@@ -81,7 +81,7 @@ func TestClinicalMLDeterministic(t *testing.T) {
 // TestClinicalMLSolvable runs every reference in a temporary working
 // directory and scores its predictions.csv with the strict rule (accuracy
 // and AUROC over every gold row; the verifier's own tests cover its code,
-// and cmd/medgym's TestReferenceSolutionsPassEveryDataset runs these
+// and systemtest's TestReferenceSolutionsPassEveryDataset runs these
 // references through the real sandbox and verifier).
 func TestClinicalMLSolvable(t *testing.T) {
 	if _, err := os.Stat(python); err != nil {

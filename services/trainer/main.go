@@ -21,8 +21,8 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/medgym/medgym/services/trainer/internal/online"
-	"github.com/medgym/medgym/services/trainer/internal/train"
+	"github.com/medgym/medgym/services/trainer/online"
+	"github.com/medgym/medgym/services/trainer/train"
 	"github.com/medgym/medgym/store"
 )
 

@@ -10,8 +10,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/medgym/medgym/services/trainer/internal/train"
-	"github.com/medgym/medgym/services/trainer/internal/worker"
+	"github.com/medgym/medgym/services/trainer/train"
+	"github.com/medgym/medgym/services/trainer/worker"
 	"github.com/medgym/medgym/store"
 )
 

@@ -8,14 +8,14 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/medgym/medgym/services/trainer/internal/testenv"
+	"github.com/medgym/medgym/services/trainer/trainertest"
 )
 
 // python is the interpreter with torch (the project venv; see
-// testenv.Python).
+// trainertest.Python).
 func python(t *testing.T, modules ...string) string {
 	t.Helper()
-	return testenv.Python(t, modules...)
+	return trainertest.Python(t, modules...)
 }
 
 // TestTrainStepPythonUnits runs python/test_*.py (unittest): fitting

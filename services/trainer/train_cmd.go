@@ -12,8 +12,8 @@ import (
 	"os/exec"
 	"path/filepath"
 
-	"github.com/medgym/medgym/services/trainer/internal/train"
-	"github.com/medgym/medgym/services/trainer/internal/worker"
+	"github.com/medgym/medgym/services/trainer/train"
+	"github.com/medgym/medgym/services/trainer/worker"
 )
 
 // cmdTrain is an offline training job through one resident worker: the

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/medgym/medgym/services/trainer/internal/train"
+	"github.com/medgym/medgym/services/trainer/train"
 )
 
 // TestTrainCommand: `trainer train` runs an offline job through one

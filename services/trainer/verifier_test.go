@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/medgym/medgym/schemas/parquet"
-	"github.com/medgym/medgym/services/trainer/internal/train"
+	"github.com/medgym/medgym/services/trainer/train"
 	"github.com/medgym/medgym/store"
 )
 

@@ -24,7 +24,8 @@ import (
 
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
-	verifier "github.com/medgym/medgym/services/verifier/service"
+	"github.com/medgym/medgym/services/verifier/verifier"
+	"github.com/medgym/medgym/services/verifier/verify"
 	"github.com/medgym/medgym/tasks"
 )
 
@@ -115,11 +116,11 @@ func Run(ctx context.Context, runID string, rows []parquet.Row, opt Options) (Re
 		return Report{}, errors.New("replay: Tasks and Exec are required")
 	}
 	if opt.Mode != "" {
-		m, err := verifier.ParseMode(opt.Mode)
+		m, err := verify.ParseMode(opt.Mode)
 		if err != nil {
 			return Report{}, fmt.Errorf("replay: %w", err)
 		}
-		opt.Mode = m
+		opt.Mode = string(m)
 	}
 	eo := schemas.DefaultOptions()
 	if opt.EpisodeOptions != nil {
@@ -158,9 +159,11 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 	if mode == "" {
 		mode = row.VerifierMode
 	}
-	if mode, err = verifier.ParseMode(mode); err != nil {
+	m, err := verify.ParseMode(mode)
+	if err != nil {
 		return fail(err)
 	}
+	mode = string(m)
 	defer func() { _ = opt.Exec.Release(row.EpisodeID) }()
 
 	turns := make([]schemas.Turn, len(row.Turns))
@@ -223,7 +226,7 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 		nt.Truncated, nt.DurationMS = res.Truncated, res.DurationMS
 		nt.StdoutBytes, nt.StderrBytes = stdoutBytes, stderrBytes
 		if req.Check {
-			c := verifier.CheckOutput(mode, row.Dataset, task.Truth, res)
+			c := verify.CheckOutput(m, row.Dataset, task.Truth, res)
 			if c.Accepted != t.Accepted {
 				change(i, "accepted", strconv.FormatBool(t.Accepted), strconv.FormatBool(c.Accepted))
 			}
@@ -232,7 +235,7 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 	}
 
 	res := episodeResult(row, task.View, eo, mode, turns)
-	outcome, reward, verdict := verifier.Score(mode, opt.Scoring, task.Truth, res)
+	outcome, reward, verdict := verify.Score(opt.Scoring.Options(m), task.Truth, res)
 	ep.Verdict = verdict
 	if string(outcome) != row.Outcome {
 		change(-1, "outcome", row.Outcome, string(outcome))
@@ -322,7 +325,7 @@ func rescored(row parquet.Row, turns []schemas.Turn, outcome schemas.Outcome, re
 		}
 	}
 	r.Outcome, r.Reward = string(outcome), reward
-	r.VerifierVersion, r.VerifierMode = verifier.Version(mode), mode
+	r.VerifierVersion, r.VerifierMode = verify.VersionFor(verify.Mode(mode)), mode
 	return r
 }
 

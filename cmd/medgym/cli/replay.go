@@ -1,0 +1,267 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/medgym/medgym/cmd/medgym/internal/replay"
+	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/schemas/parquet"
+	"github.com/medgym/medgym/services/sandbox-worker/sandbox"
+	"github.com/medgym/medgym/services/sandbox-worker/sandboxworker"
+	"github.com/medgym/medgym/services/verifier/verifier"
+	"github.com/medgym/medgym/services/verifier/verify"
+	"github.com/medgym/medgym/store"
+	"github.com/medgym/medgym/tasks"
+)
+
+// ErrChanged is returned (exit status 1) when a replay differs from the
+// record.
+var ErrChanged = errors.New("replay differs from the record")
+
+// cmdReplay re-executes a stored run's actions and re-scores its episodes:
+// a determinism check. See internal/replay.
+func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	storeURL := fs.String("store", "runs", "trajectory store: a directory or s3://bucket/prefix")
+	endpoint := fs.String("s3-endpoint", "", "S3 endpoint host:port (default $AWS_ENDPOINT_URL)")
+	region := fs.String("s3-region", "", "S3 region (default $AWS_REGION)")
+	insecure := fs.Bool("s3-insecure", false, "use plain HTTP for the S3 endpoint")
+	runID := fs.String("run", "", "run id to replay (required)")
+	episodes := fs.String("episode", "", "only these episode ids, comma separated")
+	mode := fs.String("verifier-mode", "", "re-score with strict or upstream rules (default: each episode's recorded mode)")
+	write := fs.Bool("write", false, "write episodes re-scored under a different verifier version to run <run>-replay-<version hash>")
+	var scoring verifier.Scoring // the verifier's reward flags, as configured for the run
+	scoring.RegisterFlags(fs)
+	data := fs.String("data", tasks.DataRoot(), "shared data root (task sources); env MEDGYM_DATA")
+	library := fs.String("library", tasks.LibraryDir(), "generated task library, mounted into the sandbox like the run")
+	tasksDir := fs.String("tasks-dir", "", "upstream MedAgentGym task folder (if the run used one)")
+	var sw sandboxworker.Config // the sandbox-worker's flags, named as on medgym run
+	registerComponent(fs, "sandbox-worker", &sw)
+	conc := fs.Int("concurrency", 2, "episodes replayed at once")
+	logLevel := fs.String("log", "warn", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *runID == "" || fs.NArg() > 0 {
+		return errors.New("usage: medgym replay --store DIR|s3://... --run ID [--episode ID] [--verifier-mode strict|upstream] [--write]")
+	}
+	if err := scoring.Validate(); err != nil {
+		return err
+	}
+	if err := sw.Validate(); err != nil {
+		return err
+	}
+	if *mode != "" {
+		if _, err := verify.ParseMode(*mode); err != nil {
+			return fmt.Errorf("--verifier-mode: %w", err)
+		}
+	}
+	st, err := store.Open(ctx, *storeURL, store.Options{Endpoint: *endpoint, Region: *region, UseSSL: !*insecure})
+	if err != nil {
+		return err
+	}
+	rows, err := st.ReadRun(ctx, *runID)
+	if err != nil {
+		return err
+	}
+	if len(rows) == 0 {
+		return fmt.Errorf("run %s: no episodes in store %s", *runID, st)
+	}
+	if want := splitList(*episodes); len(want) > 0 {
+		rows, err = selectEpisodes(rows, want)
+		if err != nil {
+			return fmt.Errorf("run %s: %w", *runID, err)
+		}
+	}
+	var eo *schemas.EpisodeOptions
+	if m, err := st.ReadManifest(ctx, *runID); err == nil {
+		var spec schemas.RunSpec
+		if json.Unmarshal(m.Config, &spec) == nil && spec.Options.MaxTurns > 0 {
+			eo = &spec.Options
+		}
+	} else if !errors.Is(err, store.ErrNoManifest) {
+		return err
+	}
+	if eo == nil {
+		fmt.Fprintf(stderr, "run %s has no manifest with its options: replaying with the default episode options\n", *runID)
+	}
+	logger := NewLogger(stderr, *logLevel)
+	agent, cleanup, err := (&ServiceFlags{Library: *library, TasksDir: *tasksDir}).AgentTree()
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	sw.Sandbox.DataRoot = agent
+	sb, err := sandbox.New(ctx, sw.Sandbox, logger)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sb.Close() }()
+	start := time.Now()
+	hashes, err := tasks.LibraryHashes(*library)
+	if *tasksDir != "" {
+		hashes, err = tasks.UpstreamHashes(*tasksDir)
+	}
+	if err != nil {
+		return err
+	}
+	rep, err := replay.Run(ctx, *runID, rows, replay.Options{Tasks: tasks.NewCache(*data, *tasksDir, *library), Exec: sb, Hashes: hashes,
+		Mode: *mode, Scoring: scoring, EpisodeOptions: eo, Concurrency: *conc})
+	if err != nil {
+		return err
+	}
+	printReplay(stdout, rep, time.Since(start))
+	if *write {
+		if err := writeRescored(ctx, st, rep, stdout); err != nil {
+			return err
+		}
+	}
+	if n := len(rep.Changes()); n > 0 {
+		return fmt.Errorf("run %s: %w: %d change(s) in %d episode(s)", *runID, ErrChanged, n, changedEpisodes(rep))
+	}
+	return nil
+}
+
+func selectEpisodes(rows []parquet.Row, ids []string) ([]parquet.Row, error) {
+	by := make(map[string]parquet.Row, len(rows))
+	for _, r := range rows {
+		by[r.EpisodeID] = r
+	}
+	out := make([]parquet.Row, 0, len(ids))
+	for _, id := range ids {
+		r, ok := by[id]
+		if !ok {
+			return nil, fmt.Errorf("episode %s is not stored", id)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func changedEpisodes(rep replay.Report) int {
+	n := 0
+	for _, e := range rep.Episodes {
+		if len(e.Changes) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// printReplay prints a summary line, then a table of the changes.
+func printReplay(w io.Writer, rep replay.Report, el time.Duration) {
+	var recorded []parquet.Row
+	var current []string
+	seen := map[string]bool{}
+	for _, e := range rep.Episodes {
+		recorded = append(recorded, e.Recorded)
+		if v := e.Rescored.VerifierVersion; v != "" && !seen[v] {
+			seen[v] = true
+			current = append(current, v)
+		}
+	}
+	changes := rep.Changes()
+	fmt.Fprintf(w, "replay of run %s: %d episodes, %d actions re-executed in %s\n", rep.RunID, len(rep.Episodes),
+		rep.Executed(), el.Round(time.Millisecond))
+	fmt.Fprintf(w, "verifier: recorded %s, replayed %s\n", strings.Join(replay.Versions(recorded), ", "), strings.Join(current, ", "))
+	if len(changes) == 0 {
+		fmt.Fprintln(w, "no change: every observation, outcome and reward is as recorded")
+		return
+	}
+	fmt.Fprintf(w, "%d change(s) in %d episode(s):\n", len(changes), changedEpisodes(rep))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "EPISODE\tTASK\tTURN\tFIELD\tRECORDED\tREPLAYED")
+	for _, c := range changes {
+		turn := "-"
+		if c.Turn >= 0 {
+			turn = strconv.Itoa(c.Turn)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.EpisodeID, c.TaskID, turn, c.Field, cell(c.Recorded), cell(c.Replayed))
+	}
+	_ = tw.Flush()
+}
+
+// cell quotes a value on one short line.
+func cell(s string) string {
+	const maxRunes = 60
+	q := strconv.Quote(s)
+	if r := []rune(q); len(r) > maxRunes {
+		q = string(r[:maxRunes-1]) + "…"
+	}
+	return q
+}
+
+// writeRescored writes the episodes re-scored under a verifier version
+// other than the recorded one to <run>-replay-<hash>, one new run per
+// version, never into the recorded run.
+func writeRescored(ctx context.Context, st *store.Store, rep replay.Report, w io.Writer) error {
+	byRun := map[string][]parquet.Row{}
+	var order []string
+	skipped := 0
+	for _, e := range rep.Episodes {
+		if e.Failed() {
+			skipped++
+			continue
+		}
+		v := e.Rescored.VerifierVersion
+		if v == e.Recorded.VerifierVersion {
+			continue
+		}
+		id := replay.RunID(rep.RunID, v)
+		r := e.Rescored
+		r.RunID = id
+		if _, ok := byRun[id]; !ok {
+			order = append(order, id)
+		}
+		byRun[id] = append(byRun[id], r)
+	}
+	if skipped > 0 {
+		fmt.Fprintf(w, "write: %d episode(s) could not be replayed and are not written\n", skipped)
+	}
+	if len(order) == 0 {
+		fmt.Fprintln(w, "write: nothing to write: every episode was scored by the current verifier version")
+		return nil
+	}
+	for _, id := range order {
+		rows := byRun[id]
+		before := 0
+		for _, r := range rows {
+			ok, err := st.Has(ctx, id, r.EpisodeID)
+			if err != nil {
+				return err
+			}
+			if ok {
+				before++
+			}
+		}
+		keys, err := st.Write(ctx, rows)
+		if err != nil {
+			return fmt.Errorf("write re-scored rows to run %s: %w", id, err)
+		}
+		all, err := st.ReadRun(ctx, id)
+		if err != nil {
+			return err
+		}
+		m, err := store.NewManifest(id, all, map[string]any{"replay_of": rep.RunID,
+			"verifier_version": rows[0].VerifierVersion, "verifier_mode": rows[0].VerifierMode})
+		if err != nil {
+			return err
+		}
+		if err := st.WriteManifest(ctx, id, m); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "write: run %s: %d episode(s) re-scored by %s (%d file(s) written, %d already there)\n",
+			id, len(rows), rows[0].VerifierVersion, len(keys), before)
+	}
+	return nil
+}

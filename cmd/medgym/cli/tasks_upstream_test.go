@@ -1,0 +1,88 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// upstreamFolder is a MedAgentGym task folder as a user has it: one task
+// file, <dataset>/<file>, copied from the fixture folder fixture under
+// tasks/testdata.
+func upstreamFolder(t *testing.T, fixture, dataset, file string) string {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join("..", "..", "..", "tasks", "testdata", fixture, dataset, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, dataset), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, dataset, file), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestTasksUpstreamFolder runs the tasks commands on an upstream folder as
+// a new user would: no --split, no --dataset, JSON output, show by
+// upstream's index.
+func TestTasksUpstreamFolder(t *testing.T) {
+	// Only medcalcbench/test_tasks.jsonl: upstream ships no train file for it.
+	dir := upstreamFolder(t, "upstream", "medcalcbench", "test_tasks.jsonl")
+	for _, args := range [][]string{
+		{"tasks", "stats", "--tasks-dir", dir, "--dataset", "medcalcbench"},
+		{"tasks", "stats", "--tasks-dir", dir},
+	} {
+		out, errOut, err := runCLI(t, args...)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if !strings.Contains(out, "medcalcbench   test        4 tasks") || !strings.Contains(out, "total 4 tasks") {
+			t.Errorf("%v: stdout %q", args, out)
+		}
+		if !strings.Contains(errOut, "medcalcbench: no train split") || !strings.Contains(errOut, "train_tasks_all.jsonl is missing") {
+			t.Errorf("%v: stderr %q does not name the missing split", args, errOut)
+		}
+	}
+	// A split asked for explicitly must exist.
+	if _, _, err := runCLI(t, "tasks", "stats", "--tasks-dir", dir, "--split", "train"); err == nil ||
+		!strings.Contains(err.Error(), "train_tasks_all.jsonl") {
+		t.Errorf("explicit missing split: %v", err)
+	}
+	// No upstream folder at all.
+	if _, _, err := runCLI(t, "tasks", "stats", "--tasks-dir", t.TempDir()); err == nil ||
+		!strings.Contains(err.Error(), "no upstream dataset folder") {
+		t.Errorf("empty tasks dir: %v", err)
+	}
+
+	out, _, err := runCLI(t, "tasks", "list", "--tasks-dir", dir, "--format", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []taskListRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("list --format json is not JSON: %v\n%s", err, out)
+	}
+	if len(rows) != 4 || rows[3].ID != "medcalcbench-3-row1032" || rows[3].AnswerType != "integer" ||
+		rows[3].Upstream != "medcalcbench/test_tasks.jsonl line 4, index 3, Row Number 1032" {
+		t.Errorf("list rows %+v", rows)
+	}
+	if strings.Contains(out, "Ground Truth") || strings.Contains(out, `"11"`) {
+		t.Errorf("list leaks the answer: %s", out)
+	}
+
+	out, _, err = runCLI(t, "tasks", "show", "--tasks-dir", dir, "medcalcbench-3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "id: medcalcbench-3-row1032\n") || !strings.Contains(out, "--- upstream ---\nmedcalcbench/test_tasks.jsonl line 4, index 3, Row Number 1032") {
+		t.Errorf("show: %s", out)
+	}
+	if _, _, err := runCLI(t, "tasks", "list", "--tasks-dir", dir, "--format", "xml"); err == nil || !strings.Contains(err.Error(), "xml") {
+		t.Errorf("bad format: %v", err)
+	}
+}

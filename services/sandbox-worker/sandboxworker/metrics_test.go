@@ -1,0 +1,79 @@
+package sandboxworker
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/services/sandbox-worker/sandbox"
+)
+
+// TestSandboxMetrics: a scrape shows the sandbox's backend and limits and
+// its actions by status, as Execute returned them.
+func TestSandboxMetrics(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("bwrap missing in CI")
+		}
+		t.Skip("bwrap not installed")
+	}
+	root := t.TempDir()
+	for _, d := range []string{filepath.Dir(root), root} {
+		if err := os.Chmod(d, 0o755); err != nil { // uid 65534 must reach the workspaces
+			t.Fatal(err)
+		}
+	}
+	sb, err := sandbox.New(t.Context(), sandbox.Config{WorkRoot: filepath.Join(root, "work")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newSandboxCollector(sb))
+	for i, src := range []string{"print(1)", "raise SystemExit(2)", "print(3)"} {
+		p, _ := json.Marshal(map[string]string{"code": src})
+		req := schemas.ActionRequest{Ref: schemas.EpisodeRef{RunID: "r", EpisodeID: "ep-" + string(rune('a'+i)), TaskID: "t", Dataset: "d"},
+			Action: schemas.Action{Name: schemas.ActionValidateCode, Params: p}, TimeoutSec: 20}
+		if _, err := sb.Execute(t.Context(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]*dto.Metric{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = mf.GetMetric()
+	}
+	byStatus := map[string]float64{}
+	for _, m := range got["medgym_sandbox_actions_total"] {
+		byStatus[label(m, "status")] = m.GetCounter().GetValue()
+	}
+	if byStatus["ok"] != 2 || byStatus["error"] != 1 {
+		t.Fatalf("medgym_sandbox_actions_total by status = %v, want ok 2, error 1", byStatus)
+	}
+	info := got["medgym_sandbox_info"]
+	if len(info) != 1 || label(info[0], "backend") != "bwrap" || label(info[0], "limits") != sb.Stats().Limits ||
+		label(info[0], "seccomp") != "true" || label(info[0], "disk_quota") != sb.Stats().DiskQuota {
+		t.Fatalf("medgym_sandbox_info = %v", info)
+	}
+	if eps := got["medgym_sandbox_episodes"]; len(eps) != 1 || eps[0].GetGauge().GetValue() != 3 {
+		t.Fatalf("medgym_sandbox_episodes = %v, want 3", eps)
+	}
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}

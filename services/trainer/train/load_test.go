@@ -1,0 +1,42 @@
+package train_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/medgym/medgym/schemas/parquet"
+	"github.com/medgym/medgym/services/trainer/train"
+)
+
+type memSource map[string][]parquet.Row
+
+func (m memSource) Runs(context.Context) ([]string, error) { return []string{"r1"}, nil }
+func (m memSource) ReadRun(_ context.Context, id string) ([]parquet.Row, error) {
+	return m[id], nil
+}
+
+// TestLoadLeavesOutInfraAndSandboxFailures: infra_failure and sandbox_error
+// rows are dropped and counted unless IncludeInfra; policy failures stay.
+func TestLoadLeavesOutInfraAndSandboxFailures(t *testing.T) {
+	var rows []parquet.Row
+	for i, o := range []string{"correct", "incorrect", "sandbox_error", "infra_failure", "timeout"} {
+		rows = append(rows, parquet.Row{EpisodeID: string(rune('a' + i)), Outcome: o})
+	}
+	src := memSource{"r1": rows}
+	kept, _, st, err := train.Load(context.Background(), src, train.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != 3 || st.InfraExcluded != 2 || st.RowsRead != 5 {
+		t.Fatalf("kept %d rows, %d excluded of %d read; want 3, 2, 5", len(kept), st.InfraExcluded, st.RowsRead)
+	}
+	for _, r := range kept {
+		if train.Infra(r.Outcome) {
+			t.Fatalf("kept a %s row", r.Outcome)
+		}
+	}
+	all, _, st, err := train.Load(context.Background(), src, train.Filter{IncludeInfra: true})
+	if err != nil || len(all) != 5 || st.InfraExcluded != 0 {
+		t.Fatalf("IncludeInfra kept %d, excluded %d, err %v", len(all), st.InfraExcluded, err)
+	}
+}

@@ -1,0 +1,302 @@
+package systemtest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/bus/bustest"
+	"github.com/medgym/medgym/cmd/medgym/cli"
+	"github.com/medgym/medgym/schemas"
+)
+
+// deployUsers are the users of deploy/nats/auth.conf and the variables
+// nats-server reads their passwords from.
+var deployUsers = map[string]string{
+	"dispatcher":     "MEDGYM_NATS_PASSWORD_DISPATCHER",
+	"llm-worker":     "MEDGYM_NATS_PASSWORD_LLM_WORKER",
+	"sandbox-worker": "MEDGYM_NATS_PASSWORD_SANDBOX_WORKER",
+	"verifier":       "MEDGYM_NATS_PASSWORD_VERIFIER",
+	"client":         "MEDGYM_NATS_PASSWORD_CLIENT",
+	"trainer":        "MEDGYM_NATS_PASSWORD_TRAINER",
+	"admin":          "MEDGYM_NATS_PASSWORD_ADMIN",
+}
+
+// startDeployNATS runs the nats-server binary with deploy/nats's config,
+// unchanged but for where it listens and stores (and, with nkeys, which
+// auth file nats.conf includes), and fresh credentials per user in its
+// environment: a random password, or an nkey whose seed file is returned.
+func startDeployNATS(t *testing.T, withNKeys bool) (string, map[string]bus.Auth) {
+	t.Helper()
+	bin := natsServerBinary(t)
+	src := filepath.Join(repoRoot(t), "deploy", "nats")
+	dir := t.TempDir()
+	files, err := filepath.Glob(filepath.Join(src, "*.conf"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no config in %s: %v", src, err)
+	}
+	addr, mon := freeAddr(t), freeAddr(t)
+	authInclude := "include ./auth.conf"
+	if withNKeys {
+		authInclude = "include ./auth-nkeys.conf"
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(b)
+		if filepath.Base(f) == "nats.conf" {
+			for _, r := range []struct {
+				re       *regexp.Regexp
+				repl     string
+				required bool
+			}{
+				{regexp.MustCompile(`(?m)^listen:.*$`), "listen: " + addr, true},
+				{regexp.MustCompile(`(?m)^http:.*$`), "http: " + mon, false},
+				{regexp.MustCompile(`(?m)^(\s*)store_dir:.*$`), "${1}store_dir: " + filepath.Join(dir, "js"), true},
+				{regexp.MustCompile(`(?m)^include \./auth\.conf$`), authInclude, true},
+			} {
+				if r.required && !r.re.MatchString(s) {
+					t.Fatalf("deploy/nats/nats.conf has no line matching %s to point elsewhere", r.re)
+				}
+				s = r.re.ReplaceAllString(s, r.repl)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	creds := map[string]bus.Auth{}
+	env := os.Environ()
+	for u, v := range deployUsers {
+		if withNKeys {
+			seed, pub := bustest.UserNKey(t)
+			seedFile := filepath.Join(dir, u+".nk")
+			if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			creds[u] = bus.Auth{NKeyFile: seedFile}
+			env = append(env, strings.Replace(v, "NATS_PASSWORD", "NKEY", 1)+"="+pub)
+			continue
+		}
+		b := make([]byte, 12)
+		_, _ = rand.Read(b)
+		creds[u] = bus.Auth{User: u, Password: hex.EncodeToString(b)}
+		env = append(env, v+"="+creds[u].Password)
+	}
+	logf, err := os.Create(filepath.Join(dir, "nats.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-c", filepath.Join(dir, "nats.conf"))
+	cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		logf.Close()
+	})
+	for i := 0; ; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if i > 200 {
+			b, _ := os.ReadFile(logf.Name())
+			t.Fatalf("nats-server with deploy/nats/nats.conf did not start:\n%s", b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return "nats://" + addr, creds
+}
+
+func connectAs(t *testing.T, ctx context.Context, url, user string, auth bus.Auth, log *slog.Logger) *bus.Conn {
+	t.Helper()
+	conn, err := bus.Connect(ctx, url, "test-"+user, log, bus.WithAuth(auth))
+	if err != nil {
+		t.Fatalf("connect as %s: %v", user, err)
+	}
+	t.Cleanup(conn.Close)
+	return conn
+}
+
+// TestDeployNATSAuth runs nats-server with deploy/nats's config: a client
+// without credentials is refused; the llm-worker's user cannot publish a
+// score while the verifier's can; and the whole pipeline, each service
+// with its own user, completes a run submitted by the client user without
+// one permission violation.
+func TestDeployNATSAuth(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	url, pw := startDeployNATS(t, false)
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	if _, err := bus.Connect(ctx, url, "anonymous", log); err == nil {
+		t.Fatal("a client without credentials connected: authorisation is off")
+	}
+	if _, err := bus.Connect(ctx, url, "wrong", log, bus.WithAuth(bus.Auth{User: "verifier", Password: "guess"})); err == nil {
+		t.Fatal("a wrong password connected")
+	}
+
+	conns := map[string]*bus.Conn{}
+	for _, u := range []string{"dispatcher", "llm-worker", "sandbox-worker", "verifier", "client", "admin"} {
+		conns[u] = connectAs(t, ctx, url, u, pw[u], log.With("user", u))
+		if err := bus.EnsureStreams(ctx, conns[u], bus.StreamOptions{}); err != nil {
+			t.Fatalf("%s: ensure streams: %v", u, err)
+		}
+	}
+	scores := func() uint64 { return streamMsgsOf(t, ctx, conns["admin"], schemas.StreamScores) }
+	forged := schemas.Score{RunID: "r1", EpisodeID: "e1", Outcome: schemas.OutcomeCorrect, Reward: 1}
+	pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
+	err := conns["llm-worker"].Publish(pctx, schemas.EpisodeScored.For("r1"), "forged", forged)
+	pcancel()
+	if err == nil {
+		t.Fatal("the llm-worker's user published a score")
+	}
+	if n := scores(); n != 0 {
+		t.Fatalf("scores stream holds %d messages after the llm-worker's publish, want 0", n)
+	}
+	if !strings.Contains(logs.String(), "Permissions Violation for Publish to \\\"medgym.episode.scored.r1\\\"") &&
+		!strings.Contains(logs.String(), `Permissions Violation for Publish to "medgym.episode.scored.r1"`) {
+		t.Errorf("no permission violation logged for the llm-worker's score:\n%s", logs.String())
+	}
+	// Positive control: the verifier's user may.
+	if err := conns["verifier"].Publish(ctx, schemas.EpisodeScored.For("r1"), "real", forged); err != nil {
+		t.Fatalf("the verifier's user could not publish a score: %v", err)
+	}
+	if n := scores(); n != 1 {
+		t.Fatalf("scores stream holds %d messages after the verifier's publish, want 1", n)
+	}
+	// Nor may a worker submit runs, or a client request episodes.
+	for user, subj := range map[string]string{"llm-worker": schemas.RunSubmitted.For("x"), "client": schemas.EpisodeRequested.For("x"),
+		"sandbox-worker": schemas.EpisodeCompleted.For("x")} {
+		if err := conns[user].PublishCore(subj, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, subj := range []string{schemas.RunSubmitted.For("x"), schemas.EpisodeRequested.For("x"), schemas.EpisodeCompleted.For("x")} {
+		for !strings.Contains(logs.String(), subj) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no permission violation logged for %s:\n%s", subj, logs.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// Every service may use the blob object store that carries payloads over
+	// max_payload (MEDGYM_BLOBS, ADR 10): put, read back,
+	// overwrite, delete.
+	blob := bytes.Repeat([]byte("trajectory "), 30_000)
+	for _, u := range []string{"dispatcher", "llm-worker", "sandbox-worker", "verifier"} {
+		bctx, bcancel := context.WithTimeout(ctx, 10*time.Second)
+		var err error
+		for range 2 { // the second put overwrites, which purges the old chunks
+			if err = conns[u].PutBlob(bctx, "blob-"+u, blob); err != nil {
+				break
+			}
+		}
+		var got []byte
+		if err == nil {
+			got, err = conns[u].GetBlob(bctx, "blob-"+u)
+		}
+		if err == nil {
+			err = conns[u].DeleteBlob(bctx, "blob-"+u)
+		}
+		bcancel()
+		if err != nil || !bytes.Equal(got, blob) {
+			t.Fatalf("%s: blob store: %v (%d bytes back of %d)\n%s", u, err, len(got), len(blob), logs.String())
+		}
+	}
+	before := strings.Count(logs.String(), "Permissions Violation")
+
+	// The pipeline, each service as its own user.
+	f := baseFlags(t)
+	f.Limit, f.RunID = 2, "auth"
+	f.Library = sandboxReachableDir(t)
+	goServices(t, ctx, f, func(name string) *bus.Conn { return conns[name] }, nil, slog.New(slog.DiscardHandler), f.Library)
+	spec, err := f.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := conns["client"]
+	if err := bus.SubmitRun(ctx, client, spec); err != nil {
+		t.Fatalf("the client's user could not submit a run: %v", err)
+	}
+	status, outcomes, err := cli.Follow(ctx, client, spec.RunID, io.Discard, true, nil)
+	if err != nil {
+		t.Fatalf("follow as client: %v\n%s", err, logs.String())
+	}
+	if status.Total != 2 || outcomes[schemas.OutcomeCorrect] != 2 {
+		t.Fatalf("outcomes %v of %d, want 2 correct\n%s", outcomes, status.Total, logs.String())
+	}
+	if rows := readRun(t, ctx, f.Store, spec.RunID); len(rows) != 2 {
+		t.Fatalf("%d rows stored, want 2", len(rows))
+	}
+	if after := strings.Count(logs.String(), "Permissions Violation"); after != before {
+		t.Fatalf("the pipeline ran into %d permission violations:\n%s", after-before, logs.String())
+	}
+	t.Logf("permission violations logged (the refused publishes above):\n%s", logs.String())
+}
+
+// TestDeployNATSNKeys: the same users authenticated by nkeys
+// (auth-nkeys.conf included instead of auth.conf, each service reading its
+// seed file from MEDGYM_NATS_NKEY): the llm-worker's key cannot publish a
+// score, the verifier's can.
+func TestDeployNATSNKeys(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url, creds := startDeployNATS(t, true)
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if _, err := bus.Connect(ctx, url, "anonymous", log); err == nil {
+		t.Fatal("a client without credentials connected: authorisation is off")
+	}
+	conns := map[string]*bus.Conn{}
+	for _, u := range []string{"llm-worker", "verifier", "admin"} {
+		auth, err := bus.AuthFromEnv(func(k string) string {
+			if k == bus.EnvNATSNKey {
+				return creds[u].NKeyFile
+			}
+			return ""
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[u] = connectAs(t, ctx, url, u, auth, log.With("user", u))
+		if err := bus.EnsureStreams(ctx, conns[u], bus.StreamOptions{}); err != nil {
+			t.Fatalf("%s: ensure streams: %v", u, err)
+		}
+	}
+	sc := schemas.Score{RunID: "r1", EpisodeID: "e1", Outcome: schemas.OutcomeCorrect, Reward: 1}
+	pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
+	err := conns["llm-worker"].Publish(pctx, schemas.EpisodeScored.For("r1"), "forged", sc)
+	pcancel()
+	if err == nil {
+		t.Fatal("the llm-worker's nkey published a score")
+	}
+	if err := conns["verifier"].Publish(ctx, schemas.EpisodeScored.For("r1"), "real", sc); err != nil {
+		t.Fatalf("the verifier's nkey could not publish a score: %v", err)
+	}
+	if n := streamMsgsOf(t, ctx, conns["admin"], schemas.StreamScores); n != 1 {
+		t.Fatalf("scores stream holds %d messages, want the verifier's 1", n)
+	}
+}
