@@ -342,7 +342,7 @@ func newClusterOn(b *testing.B, work, host string) *cluster {
 		b.Skipf("nats-server not found at %s (run scripts/setup.sh)", natsBin)
 	}
 	bin := filepath.Join(work, "bin")
-	root := filepath.Dir(filepath.Dir(mustWd(b)))
+	root := repoRoot(b)
 	for _, s := range []string{"dispatcher", "llm-worker", "sandbox-worker", "verifier"} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, s), "./services/"+s)
 		cmd.Dir = root
@@ -382,14 +382,6 @@ func toolsDir() string {
 	}
 	home, _ := os.UserHomeDir()
 	return filepath.Join(home, ".cache", "medgym", "bin")
-}
-
-func mustWd(b *testing.B) string {
-	wd, err := os.Getwd()
-	if err != nil {
-		b.Fatal(err)
-	}
-	return wd
 }
 
 // start runs a process (a service binary name or a path) that dies with the benchmark.
