@@ -134,12 +134,14 @@ def _child(req, fds, sockfd, report):
     os.setsid()
     _set_dumpable(True)
     src = b""
-    while True:
+    while True:  # empty when the code came in the request
         b = os.read(codefd, 1 << 16)
         if not b:
             break
         src += b
     os.close(codefd)
+    if req.get("inline"):
+        src = req.get("code", "").encode("utf-8")
     null = os.open("/dev/null", os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(out, 1)
