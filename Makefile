@@ -38,6 +38,7 @@ build:
 	@mkdir -p $(BIN)
 	go build -o $(BIN)/medgym ./cmd/medgym
 	@for s in $(SERVICES); do go build -o $(BIN)/$$s ./services/$$s || exit 1; done
+	go build -o $(BIN)/env-server ./services/env
 
 ## library: generate the task library (EHR databases, biostat, power tasks) from ../shared/data into
 ## build/library/agent (what the sandbox mounts) and build/library/verifier (task files, truths); see docs/adr/0008

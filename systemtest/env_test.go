@@ -472,3 +472,62 @@ func TestEnvAPICapTokenReap(t *testing.T) {
 	}
 	checkContract(t, chk, "")
 }
+
+// TestEnvAPIRestartMidStep: the server stops while a step's code is
+// running in the sandbox (the client's request cut off with it) and starts
+// again on the same state: the step, retried with the same turn, gets the
+// execution's answer, and the stored episode has that turn once.
+func TestEnvAPIRestartMidStep(t *testing.T) {
+	needSandbox(t)
+	lib := canaryLibrary(t, "MEDGYM-CANARY-midstep")
+	dir := t.TempDir()
+	acks := []string{"--sandbox-ack-wait", "5s", "--verifier-ack-wait", "5s", "--ack-wait", "5s"}
+	chk, err := apitest.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startEnv(t, lib, dir, acks...)
+	c := newAPIClient(t, chk, p.url)
+	sess := c.must(201, "POST", "/v1/sessions", map[string]any{"task_id": "eicu-canary-0", "options": map[string]any{"run_id": "env-midstep"}})
+	path := "/v1/sessions/" + sess["session_id"].(string)
+	slow := act("validate_code", map[string]any{"code": "import time\ntime.sleep(4)\nprint('slept')"})
+	cut := make(chan struct{})
+	go func() {
+		defer close(cut)
+		// This request dies with the server: its answer is lost.
+		req, _ := http.NewRequest("POST", p.url+path+"/step", strings.NewReader(mustJSON(map[string]any{"turn": 0, "content": slow})))
+		req.Header.Set("Content-Type", "application/json")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if st := c.must(200, "GET", path, nil); st["executing"] == true {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the step never started executing")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	p.stop(t)
+	<-cut
+
+	p2 := startEnv(t, lib, dir, acks...)
+	c2 := newAPIClient(t, chk, p2.url)
+	r := c2.must(200, "POST", path+"/step", map[string]any{"turn": 0, "content": act("validate_code", map[string]any{"code": "print('other')"})})
+	if r["observation"] != "slept\n" || r["done"] != false {
+		t.Fatalf("the retried step after the restart answered %v", r)
+	}
+	last := c2.must(200, "POST", path+"/step", map[string]any{"turn": 1, "content": act("answer", map[string]any{"answer": "slept"})})
+	if last["done"] != true {
+		t.Fatalf("final step: %v", last)
+	}
+	p2.stop(t)
+	rows := readRun(t, context.Background(), filepath.Join(dir, "store"), "env-midstep")
+	if len(rows) != 1 || len(rows[0].Turns) != 2 || rows[0].Turns[0].RawText != slow || rows[0].Turns[0].Stdout != "slept\n" {
+		t.Fatalf("stored: %+v", rows)
+	}
+	checkContract(t, chk, "")
+}

@@ -20,7 +20,9 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
+	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/services/trainer/online"
 	"github.com/medgym/medgym/services/trainer/train"
 	"github.com/medgym/medgym/store"
@@ -122,8 +124,16 @@ func cmdOnline(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "config file (JSON or YAML)")
 	level := fs.String("log", "info", "log level: debug, info, warn, error")
+	var tlsFiles bus.TLS
+	tlsFiles.RegisterFlags(fs, os.Getenv)
+	var wait time.Duration
+	var waitErr error
+	bus.RegisterConnectTimeout(fs, os.Getenv, &wait, &waitErr)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if waitErr != nil {
+		return fmt.Errorf("online: %w", waitErr)
 	}
 	if *cfgPath == "" {
 		return errors.New("online: --config is required")
@@ -137,6 +147,6 @@ func cmdOnline(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
-	_, err = online.Run(ctx, cfg, stdout, log)
+	_, err = online.Run(ctx, cfg, stdout, log, bus.WithTLS(tlsFiles), bus.WithConnectTimeout(wait))
 	return err
 }

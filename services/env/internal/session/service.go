@@ -250,8 +250,7 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Created, error) 
 		return Created{}, fmt.Errorf("save session: %w", err)
 	}
 	created = true
-	popt := agent.PromptOptions{SystemAsUser: s.deps.SystemAsUser, AllowAnswer: opts.EndOn != schemas.EndOnAccepted, Upstream: opts.Upstream()}
-	return Created{Session: sess, Messages: st.Messages, Tools: agent.Tools(task, popt)}, nil
+	return Created{Session: sess, Messages: st.Messages, Tools: agent.Tools(task, agent.EpisodePromptOptions(opts, s.deps.SystemAsUser))}, nil
 }
 
 // register records a run for the workers once per process.

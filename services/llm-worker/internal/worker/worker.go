@@ -17,7 +17,15 @@ var (
 	ErrConflict = errors.New("revision conflict")
 	// ErrUnknownEpisode: an observation for an episode no worker started.
 	ErrUnknownEpisode = errors.New("unknown episode")
+	// ErrDropped: a request of a run cancelled with --drop; the episode is
+	// not started.
+	ErrDropped = errors.New("run dropped")
 )
+
+// DroppedMessage is the error an episode stopped by its run's drop is
+// stored with (an infra_failure: excluded from training, not the agent's
+// doing).
+const DroppedMessage = "cancelled: the run was cancelled with medgym cancel --drop; the episode stopped at a turn boundary"
 
 // StateStore keeps one schemas.EpisodeState per episode id. Get fails with
 // ErrNotFound; Create with ErrConflict when the state exists; Update with
@@ -38,8 +46,12 @@ type Worker struct {
 	Publish PublishFunc
 	// Admit, when set, refuses messages of runs or episodes the dispatcher
 	// did not plan; its error is returned as is.
-	Admit  func(ctx context.Context, c schemas.EpisodeClaim) error
-	Engine *episode.Engine
+	Admit func(ctx context.Context, c schemas.EpisodeClaim) error
+	// Dropped, when set, says whether a run was cancelled with --drop:
+	// its requests are not started (ErrDropped) and its episodes stop at
+	// their next observation (episode.Engine.Stop).
+	Dropped func(ctx context.Context, runID string) (bool, error)
+	Engine  *episode.Engine
 
 	// saved holds the state this worker saved last for each episode it
 	// steps, so the episode's next observation skips the bucket read.
@@ -56,6 +68,11 @@ func (w *Worker) Start(ctx context.Context, req schemas.EpisodeRequest) error {
 		return w.publish(ctx, st, pending(st))
 	} else if !errors.Is(err, ErrNotFound) {
 		return err
+	}
+	if dropped, err := w.dropped(ctx, req.RunID); err != nil {
+		return err
+	} else if dropped {
+		return fmt.Errorf("%w: episode %s of run %s not started", ErrDropped, req.EpisodeID, req.RunID)
 	}
 	st, step, err := w.Engine.Start(ctx, req)
 	if err != nil {
@@ -82,7 +99,7 @@ func (w *Worker) Observe(ctx context.Context, obs schemas.Observation) error {
 	// have moved on elsewhere, and a stale observation re-publishes what
 	// is pending there).
 	if st, rev, ok := w.saved.take(obs.Ref.EpisodeID); ok {
-		next, step, err := w.Engine.Continue(ctx, st, obs)
+		next, step, err := w.next(ctx, st, obs)
 		if !errors.Is(err, episode.ErrStale) {
 			return w.save(ctx, next, step, rev, err)
 		}
@@ -94,11 +111,24 @@ func (w *Worker) Observe(ctx context.Context, obs schemas.Observation) error {
 	if err != nil {
 		return err
 	}
-	next, step, err := w.Engine.Continue(ctx, st, obs)
+	next, step, err := w.next(ctx, st, obs)
 	if errors.Is(err, episode.ErrStale) {
 		return w.publish(ctx, st, pending(st))
 	}
 	return w.save(ctx, next, step, rev, err)
+}
+
+// next folds obs into st and takes the next step, or ends the episode
+// when its run was cancelled with --drop.
+func (w *Worker) next(ctx context.Context, st schemas.EpisodeState, obs schemas.Observation) (schemas.EpisodeState, episode.Step, error) {
+	dropped, err := w.dropped(ctx, st.Request.RunID)
+	if err != nil {
+		return st, episode.Step{}, err
+	}
+	if dropped {
+		return w.Engine.Stop(st, obs, DroppedMessage)
+	}
+	return w.Engine.Continue(ctx, st, obs)
 }
 
 // save stores the next state over revision rev and publishes its step;
@@ -120,6 +150,13 @@ func (w *Worker) admit(ctx context.Context, c schemas.EpisodeClaim) error {
 		return nil
 	}
 	return w.Admit(ctx, c)
+}
+
+func (w *Worker) dropped(ctx context.Context, runID string) (bool, error) {
+	if w.Dropped == nil {
+		return false, nil
+	}
+	return w.Dropped(ctx, runID)
 }
 
 func (w *Worker) load(ctx context.Context, id string) (schemas.EpisodeState, uint64, error) {
