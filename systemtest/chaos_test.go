@@ -24,7 +24,7 @@ import (
 )
 
 // repoRoot is the directory holding go.work.
-func repoRoot(t *testing.T) string {
+func repoRoot(t testing.TB) string {
 	t.Helper()
 	wd, _ := os.Getwd()
 	for d := wd; filepath.Dir(d) != d; d = filepath.Dir(d) {

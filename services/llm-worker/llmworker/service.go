@@ -135,12 +135,12 @@ func (s stateStore) Get(ctx context.Context, id string) (schemas.EpisodeState, u
 	return st, rev, storeErr(err)
 }
 
-func (s stateStore) Create(ctx context.Context, st schemas.EpisodeState) error {
-	_, err := s.b.Create(ctx, st.Request.EpisodeID, st)
-	return storeErr(err)
+func (s stateStore) Create(ctx context.Context, st schemas.EpisodeState) (uint64, error) {
+	rev, err := s.b.Create(ctx, st.Request.EpisodeID, st)
+	return rev, storeErr(err)
 }
 
-func (s stateStore) Update(ctx context.Context, st schemas.EpisodeState, rev uint64) error {
-	_, err := s.b.Update(ctx, st.Request.EpisodeID, st, rev)
-	return storeErr(err)
+func (s stateStore) Update(ctx context.Context, st schemas.EpisodeState, rev uint64) (uint64, error) {
+	rev, err := s.b.Update(ctx, st.Request.EpisodeID, st, rev)
+	return rev, storeErr(err)
 }
