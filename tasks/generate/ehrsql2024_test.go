@@ -1,4 +1,4 @@
-package tasks
+package generate
 
 import (
 	"os"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/tasks/meds"
+
+	"github.com/medgym/medgym/tasks"
 )
 
 // TestEHRSQL2024 generates the dataset (twice unless -short: byte-identical
@@ -83,15 +85,15 @@ func TestEHRSQL2024(t *testing.T) {
 
 	// loadLibrary reads <LibraryDir>/verifier/<dataset>; link the temp dir there.
 	lib := t.TempDir()
-	if err := os.Mkdir(VerifierTree(lib), 0o755); err != nil {
+	if err := os.Mkdir(tasks.VerifierTree(lib), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(dirs[0], filepath.Join(VerifierTree(lib), EHRSQL2024Dataset)); err != nil {
+	if err := os.Symlink(dirs[0], filepath.Join(tasks.VerifierTree(lib), tasks.EHRSQL2024Dataset)); err != nil {
 		t.Fatal(err)
 	}
-	var all []Task
+	var all []tasks.Task
 	for _, split := range []string{"train", "test"} {
-		ts, err := Load(t.Context(), Source{Dataset: EHRSQL2024Dataset, Split: split, LibraryDir: lib})
+		ts, err := tasks.Load(t.Context(), tasks.Source{Dataset: tasks.EHRSQL2024Dataset, Split: split, LibraryDir: lib})
 		if err != nil {
 			t.Fatalf("load %s: %v", split, err)
 		}
@@ -126,14 +128,14 @@ func TestEHRSQL2024(t *testing.T) {
 	if testing.Short() {
 		step = 200
 	}
-	var sample []Task
+	var sample []tasks.Task
 	for i := 0; i < len(all); i += step {
 		sample = append(sample, all[i])
 	}
 	if _, err := os.Stat(python); err != nil {
 		t.Skipf("no %s", python)
 	}
-	runSQLReferences(t, EHRSQL2024Dataset, dirs[0], sample, func(tr Truth, out string) error {
+	runSQLReferences(t, tasks.EHRSQL2024Dataset, dirs[0], sample, func(tr tasks.Truth, out string) error {
 		if tr.Unanswerable {
 			if got := strings.TrimSpace(out); got != schemas.AbstainAnswer {
 				return ehrMismatch{schemas.AbstainAnswer, got}
@@ -174,11 +176,11 @@ func TestEHRSQL2024Helpers(t *testing.T) {
 
 func TestSummarizeCountsUnanswerable(t *testing.T) {
 	t.Parallel()
-	mk := func(un bool) Task {
-		return Task{View: schemas.TaskView{Dataset: "ehrsql2024", Split: "test", Category: "c", AnswerType: schemas.AnswerList},
-			Truth: Truth{Abstention: true, Unanswerable: un}}
+	mk := func(un bool) tasks.Task {
+		return tasks.Task{View: schemas.TaskView{Dataset: "ehrsql2024", Split: "test", Category: "c", AnswerType: schemas.AnswerList},
+			Truth: tasks.Truth{Abstention: true, Unanswerable: un}}
 	}
-	s := Summarize([]Task{mk(true), mk(false), mk(true)})
+	s := tasks.Summarize([]tasks.Task{mk(true), mk(false), mk(true)})
 	if len(s.Groups) != 1 || s.Groups[0].Count != 3 || s.Groups[0].Unanswerable != 2 {
 		t.Fatalf("summary %+v, want 3 tasks of which 2 unanswerable", s.Groups)
 	}

@@ -1,4 +1,4 @@
-package tasks
+package generate
 
 import (
 	"bytes"
@@ -15,20 +15,22 @@ import (
 	"testing"
 
 	"github.com/medgym/medgym/schemas"
+
+	"github.com/medgym/medgym/tasks"
 )
 
 // generateInto runs the named generator into a fresh temporary library
 // and returns the dataset's agent-tree directory with its train and test
 // tasks (libFile finds the task files).
-func generateInto(t *testing.T, name string) (dir string, train, test []Task) {
+func generateInto(t *testing.T, name string) (dir string, train, test []tasks.Task) {
 	t.Helper()
 	lib := t.TempDir()
-	dir = filepath.Join(AgentTree(lib), name)
+	dir = filepath.Join(tasks.AgentTree(lib), name)
 	if err := Generate(t.Context(), dataRoot(t), lib, []string{name}); err != nil {
 		t.Fatal(err)
 	}
 	for _, split := range []string{"train", "test"} {
-		ts, err := Load(t.Context(), Source{Dataset: name, Split: split, LibraryDir: lib})
+		ts, err := tasks.Load(t.Context(), tasks.Source{Dataset: name, Split: split, LibraryDir: lib})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +45,7 @@ func generateInto(t *testing.T, name string) (dir string, train, test []Task) {
 
 // checkSplits asserts the structural properties every generated dataset
 // must have and logs counts per split and category.
-func checkSplits(t *testing.T, dataset string, train, test []Task) {
+func checkSplits(t *testing.T, dataset string, train, test []tasks.Task) {
 	t.Helper()
 	if len(train) == 0 || len(test) == 0 {
 		t.Fatalf("%s: %d train, %d test tasks", dataset, len(train), len(test))
@@ -51,7 +53,7 @@ func checkSplits(t *testing.T, dataset string, train, test []Task) {
 	ids := map[string]bool{}
 	questions := map[string]string{}
 	counts := map[string][2]int{}
-	for i, ts := range [][]Task{train, test} {
+	for i, ts := range [][]tasks.Task{train, test} {
 		for _, task := range ts {
 			v := task.View
 			if ids[v.ID] {
@@ -93,7 +95,7 @@ func checkSplits(t *testing.T, dataset string, train, test []Task) {
 func libFile(agentDir, f string) string {
 	if schemas.VerifierOnlyFile(f) {
 		lib := filepath.Dir(filepath.Dir(agentDir))
-		return filepath.Join(VerifierTree(lib), filepath.Base(agentDir), f)
+		return filepath.Join(tasks.VerifierTree(lib), filepath.Base(agentDir), f)
 	}
 	return filepath.Join(agentDir, f)
 }
@@ -121,7 +123,7 @@ func checkDeterministic(t *testing.T, dataset string) {
 // localCheck compares a reference's stdout with the truth: the last
 // non-empty line, as a number within the truth's bounds or tolerance, or
 // an exact integer.
-func localCheck(tr Truth, stdout string) error {
+func localCheck(tr tasks.Truth, stdout string) error {
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
 	got := strings.TrimSpace(lines[len(lines)-1])
 	switch tr.Type {
@@ -155,7 +157,7 @@ func localCheck(tr Truth, stdout string) error {
 
 // runRefs runs each reference with Debian's python, MEDGYM_DATA_DIR set to
 // dataDir, with bounded parallelism; it returns stdout (or an error text).
-func runRefs(t *testing.T, ts []Task, dataDir string) map[string]string {
+func runRefs(t *testing.T, ts []tasks.Task, dataDir string) map[string]string {
 	t.Helper()
 	if _, err := os.Stat(python); err != nil {
 		t.Skipf("no %s", python)
@@ -163,7 +165,7 @@ func runRefs(t *testing.T, ts []Task, dataDir string) map[string]string {
 	out := make(map[string]string, len(ts))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	work := make(chan *Task)
+	work := make(chan *tasks.Task)
 	for range max(2, runtime.NumCPU()) {
 		wg.Go(func() {
 			for task := range work {
@@ -191,8 +193,8 @@ func runRefs(t *testing.T, ts []Task, dataDir string) map[string]string {
 
 // sampleSpread keeps up to n tasks per category, spread over the category
 // (deterministic).
-func sampleSpread(ts []Task, n int) []Task {
-	by := map[string][]Task{}
+func sampleSpread(ts []tasks.Task, n int) []tasks.Task {
+	by := map[string][]tasks.Task{}
 	var cats []string
 	for _, task := range ts {
 		c := task.View.Category
@@ -201,7 +203,7 @@ func sampleSpread(ts []Task, n int) []Task {
 		}
 		by[c] = append(by[c], task)
 	}
-	var out []Task
+	var out []tasks.Task
 	for _, c := range cats {
 		list := by[c]
 		step := max(1, len(list)/n)
@@ -214,7 +216,7 @@ func sampleSpread(ts []Task, n int) []Task {
 
 // checkSolvable runs a sample of references per category (perCat, or
 // perCatShort with -short, or $MEDGYM_REF_SAMPLE) and checks them.
-func checkSolvable(t *testing.T, dir string, ts []Task, perCat, perCatShort int) {
+func checkSolvable(t *testing.T, dir string, ts []tasks.Task, perCat, perCatShort int) {
 	t.Helper()
 	n := perCat
 	if testing.Short() {

@@ -1,6 +1,6 @@
 //go:build race
 
-package tasks
+package generate
 
 // ehrRaceBuild is true under the race detector, where the transpiled
 // SQLite runs about 20× slower and a full generation takes many minutes.

@@ -1,4 +1,4 @@
-package tasks
+package generate
 
 import (
 	"database/sql"
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/medgym/medgym/schemas"
+
+	"github.com/medgym/medgym/tasks"
 )
 
 // TestTREQSFormatSQL checks the logical-form reader and SQL writer against
@@ -104,15 +106,15 @@ func TestTREQS(t *testing.T) {
 	}
 	t.Parallel()
 	start := time.Now()
-	dir, train, test := generateInto(t, TREQSDataset)
+	dir, train, test := generateInto(t, tasks.TREQSDataset)
 	t.Logf("generated in %s", time.Since(start).Round(time.Millisecond))
-	checkSplits(t, TREQSDataset, train, test)
+	checkSplits(t, tasks.TREQSDataset, train, test)
 	if n := len(train) + len(test); n < 1500 {
 		t.Errorf("only %d instances", n)
 	}
 	sqls := map[string]string{}
 	wordings := map[string]int{}
-	for _, tk := range append(append([]Task(nil), train...), test...) {
+	for _, tk := range append(append([]tasks.Task(nil), train...), test...) {
 		q := tk.Truth.Extra["sql"]
 		if s, ok := sqls[q]; ok && s != tk.View.Split {
 			t.Errorf("sql in both splits: %s", q)
@@ -122,7 +124,7 @@ func TestTREQS(t *testing.T) {
 		if len(tk.Truth.Values) == 0 || tk.Truth.Values[0] == "" {
 			t.Errorf("%s: no gold values", tk.View.ID)
 		}
-		if len(tk.View.Resources) != 1 || tk.View.Resources[0] != TREQSDataset {
+		if len(tk.View.Resources) != 1 || tk.View.Resources[0] != tasks.TREQSDataset {
 			t.Errorf("%s: resources %v", tk.View.ID, tk.View.Resources)
 		}
 	}
@@ -134,7 +136,7 @@ func TestTREQS(t *testing.T) {
 	}
 	checkTREQSCounts(t, filepath.Join(dir, "treqs.db"))
 	if !testing.Short() {
-		b, _, _ := generateInto(t, TREQSDataset)
+		b, _, _ := generateInto(t, tasks.TREQSDataset)
 		for _, f := range []string{"train.jsonl", "test.jsonl", "treqs.db", "LAB.csv", "LICENSE.md"} {
 			if x, y := fileSHA(t, libFile(dir, f)), fileSHA(t, libFile(b, f)); x != y {
 				t.Errorf("%s differs between two generations", f)
@@ -168,7 +170,7 @@ func checkTREQSCounts(t *testing.T, path string) {
 // checkTREQSReferences runs a spread sample of references (4 per
 // category; 1 with -short; $MEDGYM_REF_SAMPLE per category when set) with
 // Debian's Python and compares their output as the strict verifier would.
-func checkTREQSReferences(t *testing.T, dir string, all []Task) {
+func checkTREQSReferences(t *testing.T, dir string, all []tasks.Task) {
 	t.Helper()
 	if _, err := os.Stat(python); err != nil {
 		t.Skipf("no %s", python)
@@ -187,7 +189,7 @@ func checkTREQSReferences(t *testing.T, dir string, all []Task) {
 
 // compareTREQSAnswer adds string answers and ordered lists to
 // compareEHRAnswer.
-func compareTREQSAnswer(tr Truth, out string) error {
+func compareTREQSAnswer(tr tasks.Truth, out string) error {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	last := strings.TrimSpace(lines[len(lines)-1])
 	switch {

@@ -1,4 +1,4 @@
-package tasks
+package generate
 
 import (
 	"context"
@@ -17,6 +17,8 @@ import (
 	"strings"
 
 	"github.com/medgym/medgym/schemas"
+
+	"github.com/medgym/medgym/tasks"
 )
 
 // EHRSQL 2024 (Lee et al., arXiv:2405.06673): reliable text-to-SQL over the
@@ -25,9 +27,6 @@ import (
 // answerable question's gold SQL on it for the answer, and turns each
 // unanswerable one (label "null") into a task whose correct outcome is an
 // abstention. Upstream's train split is our train, its valid split our test.
-
-// EHRSQL2024Dataset is the dataset name.
-const EHRSQL2024Dataset = "ehrsql2024"
 
 //go:embed ehrsql2024/LICENSE.md
 var ehrsql2024License string
@@ -106,7 +105,7 @@ func GenerateEHRSQL2024(ctx context.Context, dataRoot, dir string) ([]EHRSQL2024
 	if err != nil {
 		return nil, fmt.Errorf("build database: %w", err)
 	}
-	dbPath := filepath.Join(dir, EHRSQL2024Dataset+".db")
+	dbPath := filepath.Join(dir, tasks.EHRSQL2024Dataset+".db")
 	tables := b.ordered()
 	if err := writeEHRDatabase(ctx, dbPath, ddl, tables, ehrsql24Indexes); err != nil {
 		return nil, err
@@ -126,7 +125,7 @@ func GenerateEHRSQL2024(ctx context.Context, dataRoot, dir string) ([]EHRSQL2024
 	var stats []EHRSQL2024Stats
 	for _, sp := range ehrsql24Splits {
 		st := EHRSQL2024Stats{Split: sp.ours}
-		var out []Task
+		var out []tasks.Task
 		for _, q := range splits[sp.upstream] {
 			st.Questions++
 			t, ok, err := ehrsql24Task(ctx, g, q, &st)
@@ -141,7 +140,7 @@ func GenerateEHRSQL2024(ctx context.Context, dataRoot, dir string) ([]EHRSQL2024
 			out = append(out, t)
 		}
 		st.Kept = len(out)
-		if err := WriteTasks(filepath.Join(dir, sp.ours+".jsonl"), out); err != nil {
+		if err := tasks.WriteTasks(filepath.Join(dir, sp.ours+".jsonl"), out); err != nil {
 			return nil, err
 		}
 		slog.Info("ehrsql2024 generated", "split", sp.ours, "questions", st.Questions, "unanswerable", st.Unanswerable,
@@ -204,14 +203,14 @@ func readEHRSQL24Split(dir string) ([]ehrsql24Question, error) {
 
 // ehrsql24Task turns one upstream question into a task; ok is false when
 // an answerable question is left out (st says why).
-func ehrsql24Task(ctx context.Context, g *ehrGen, q ehrsql24Question, st *EHRSQL2024Stats) (Task, bool, error) {
-	id := EHRSQL2024Dataset + "-" + q.ID
+func ehrsql24Task(ctx context.Context, g *ehrGen, q ehrsql24Question, st *EHRSQL2024Stats) (tasks.Task, bool, error) {
+	id := tasks.EHRSQL2024Dataset + "-" + q.ID
 	if q.SQL == schemas.AbstainAnswer {
 		st.Unanswerable++
-		return Task{
-			View: schemas.TaskView{ID: id, Dataset: EHRSQL2024Dataset, Category: ehrsql24Category, Question: q.Question,
-				AnswerType: schemas.AnswerList, Resources: []string{EHRSQL2024Dataset}, PermittedActions: ehrsqlActions},
-			Truth: Truth{Type: schemas.AnswerList, Answer: schemas.AbstainAnswer, Abstention: true, Unanswerable: true,
+		return tasks.Task{
+			View: schemas.TaskView{ID: id, Dataset: tasks.EHRSQL2024Dataset, Category: ehrsql24Category, Question: q.Question,
+				AnswerType: schemas.AnswerList, Resources: []string{tasks.EHRSQL2024Dataset}, PermittedActions: tasks.EHRSQLActions},
+			Truth: tasks.Truth{Type: schemas.AnswerList, Answer: schemas.AbstainAnswer, Abstention: true, Unanswerable: true,
 				Extra: map[string]string{"upstream_id": q.ID}},
 			Reference: ehrsql24AbstainReference,
 		}, true, nil
@@ -220,21 +219,21 @@ func ehrsql24Task(ctx context.Context, g *ehrGen, q ehrsql24Question, st *EHRSQL
 	res, err := g.run(ctx, query)
 	switch {
 	case errors.Is(err, context.Canceled):
-		return Task{}, false, err
+		return tasks.Task{}, false, err
 	case err != nil:
 		st.SQLError++
-		return Task{}, false, nil
+		return tasks.Task{}, false, nil
 	case len(res.rows) == 0:
 		st.Empty++
-		return Task{}, false, nil
+		return tasks.Task{}, false, nil
 	case len(res.rows) > ehrsqlMaxRows:
 		st.TooMany++
-		return Task{}, false, nil
+		return tasks.Task{}, false, nil
 	}
 	for _, r := range res.rows {
 		if r[0] == nil {
 			st.NullValue++
-			return Task{}, false, nil
+			return tasks.Task{}, false, nil
 		}
 	}
 	if q.Answer != schemas.AbstainAnswer {
@@ -259,10 +258,10 @@ func ehrsql24Task(ctx context.Context, g *ehrGen, q ehrsql24Question, st *EHRSQL
 			}
 		}
 	}
-	t, _, ok := ehrTask(EHRSQL2024Dataset, ehrsql24Category, q.Question, query, res)
+	t, _, ok := ehrTask(tasks.EHRSQL2024Dataset, ehrsql24Category, q.Question, query, res)
 	if !ok {
 		st.NullValue++
-		return Task{}, false, nil
+		return tasks.Task{}, false, nil
 	}
 	t.View.ID = id
 	t.Truth.Abstention = true
@@ -385,7 +384,7 @@ func ehrsql24Instruction(ddl *ehrDDL) string {
 	}
 	fmt.Fprintf(&b, "All the tables are saved in the data directory /data/%s as CSV files named <TABLE>.csv "+
 		"(header = the lower-case column names; use pandas to read them). The same data is also in the SQLite "+
-		"database /data/%s/%s.db (read-only).\n", EHRSQL2024Dataset, EHRSQL2024Dataset, EHRSQL2024Dataset)
+		"database /data/%s/%s.db (read-only).\n", tasks.EHRSQL2024Dataset, tasks.EHRSQL2024Dataset, tasks.EHRSQL2024Dataset)
 	b.WriteString("Write Python code that computes the answer, store it in a variable named `answer`, and print it: " +
 		"a single number or value for a scalar answer, true/false for a yes/no question, and a Python list for " +
 		"several values.\n")

@@ -1,4 +1,4 @@
-package tasks
+package generate
 
 import (
 	"context"
@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/medgym/medgym/schemas"
+
+	"github.com/medgym/medgym/tasks"
 )
 
 // TestEHRSQLMIMICIII and TestEHRSQLEICU generate a dataset twice and check
@@ -54,20 +56,20 @@ func testEHRSQL(t *testing.T, dataset string, gen Generator) {
 			}
 		}
 	}
-	src := Source{Dataset: dataset, LibraryDir: filepath.Dir(dirs[0])}
+	src := tasks.Source{Dataset: dataset, LibraryDir: filepath.Dir(dirs[0])}
 	// loadLibrary reads <LibraryDir>/verifier/<dataset>; link the temp dir there.
 	lib := t.TempDir()
-	if err := os.Mkdir(VerifierTree(lib), 0o755); err != nil {
+	if err := os.Mkdir(tasks.VerifierTree(lib), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(dirs[0], filepath.Join(VerifierTree(lib), dataset)); err != nil {
+	if err := os.Symlink(dirs[0], filepath.Join(tasks.VerifierTree(lib), dataset)); err != nil {
 		t.Fatal(err)
 	}
 	src.LibraryDir = lib
-	splits := map[string][]Task{}
+	splits := map[string][]tasks.Task{}
 	for _, split := range []string{"train", "test"} {
 		src.Split = split
-		ts, err := Load(t.Context(), src)
+		ts, err := tasks.Load(t.Context(), src)
 		if err != nil {
 			t.Fatalf("load %s: %v", split, err)
 		}
@@ -91,7 +93,7 @@ func fileSHA(t *testing.T, path string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-func checkEHRTasks(t *testing.T, dataset string, splits map[string][]Task) {
+func checkEHRTasks(t *testing.T, dataset string, splits map[string][]tasks.Task) {
 	t.Helper()
 	ids := map[string]bool{}
 	questions := map[string]string{}
@@ -137,13 +139,13 @@ func checkEHRTasks(t *testing.T, dataset string, splits map[string][]Task) {
 
 // checkEHRReferences runs a fixed sample of references (3 per template; 30
 // in -short mode) with Debian's Python and checks their output.
-func checkEHRReferences(t *testing.T, dataset, dir string, all []Task) {
+func checkEHRReferences(t *testing.T, dataset, dir string, all []tasks.Task) {
 	t.Helper()
 	if _, err := os.Stat(python); err != nil {
 		t.Skipf("no %s", python)
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].View.ID < all[j].View.ID })
-	byCat := map[string][]Task{}
+	byCat := map[string][]tasks.Task{}
 	var cats []string
 	for _, tk := range all {
 		if byCat[tk.View.Category] == nil {
@@ -152,7 +154,7 @@ func checkEHRReferences(t *testing.T, dataset, dir string, all []Task) {
 		byCat[tk.View.Category] = append(byCat[tk.View.Category], tk)
 	}
 	sort.Strings(cats)
-	var sample []Task
+	var sample []tasks.Task
 	for _, c := range cats {
 		ts := byCat[c]
 		for _, i := range []int{0, len(ts) / 2, len(ts) - 1} {
@@ -161,7 +163,7 @@ func checkEHRReferences(t *testing.T, dataset, dir string, all []Task) {
 	}
 	if testing.Short() {
 		step := max(1, len(sample)/30)
-		var s []Task
+		var s []tasks.Task
 		for i := 0; i < len(sample); i += step {
 			s = append(s, sample[i])
 		}
@@ -172,7 +174,7 @@ func checkEHRReferences(t *testing.T, dataset, dir string, all []Task) {
 
 // runSQLReferences runs the references of sample against the generated
 // database in dir, four at a time, and checks each printed answer.
-func runSQLReferences(t *testing.T, label, dir string, sample []Task, compare func(Truth, string) error) {
+func runSQLReferences(t *testing.T, label, dir string, sample []tasks.Task, compare func(tasks.Truth, string) error) {
 	t.Helper()
 	sem := make(chan struct{}, 4)
 	var wg sync.WaitGroup
@@ -215,7 +217,7 @@ func (e ehrMismatch) Error() string { return "want " + e.want + ", got " + e.got
 
 // compareEHRAnswer is a minimal version of the strict verifier's rules for
 // the answer types EHR SQL tasks use.
-func compareEHRAnswer(tr Truth, out string) error {
+func compareEHRAnswer(tr tasks.Truth, out string) error {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	last := strings.TrimSpace(lines[len(lines)-1])
 	switch tr.Type {
@@ -313,7 +315,7 @@ func TestEHRSQLHelpers(t *testing.T) {
 	if y := drawTargetYear(rand.New(rand.NewPCG(1, 2))); y < 2100 || y > 2105 {
 		t.Errorf("drawTargetYear = %d", y)
 	}
-	tr := Truth{Type: schemas.AnswerList, Values: []string{"a", "2.5"}, Tolerance: 1e-4}
+	tr := tasks.Truth{Type: schemas.AnswerList, Values: []string{"a", "2.5"}, Tolerance: 1e-4}
 	if err := compareEHRAnswer(tr, `["2.6", "a"]`); err == nil {
 		t.Error("list compare accepted a value outside tolerance")
 	}

@@ -1,4 +1,4 @@
-package tasks
+package generate
 
 import (
 	"bytes"
@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/medgym/medgym/schemas"
+
+	"github.com/medgym/medgym/tasks"
 )
 
 // EHRSQL task sets (MIMIC-III and eICU demo). Generation builds an
@@ -38,11 +40,7 @@ const (
 	ehrsqlMaxRows      = 100      // EHRSQL compares at most 100 rows
 	ehrsqlTestPercent  = 20       // share of questions in the test split
 	ehrsqlQueryTimeout = 5 * time.Second
-	ehrsqlTolerance    = 1e-4
 )
-
-// ehrsqlActions are the actions an EHR SQL agent may use.
-var ehrsqlActions = []string{"request_info", "validate_code", "debug", "answer"}
 
 // ehrSpec describes one EHRSQL database.
 type ehrSpec struct {
@@ -168,7 +166,7 @@ func generateEHRSQL(ctx context.Context, spec *ehrSpec, dataRoot, dir string) er
 		return fmt.Errorf("%s: %w", spec.dataset, err)
 	}
 	instr := ehrInstruction(spec, ddl)
-	var all []Task
+	var all []tasks.Task
 	for _, qtag := range sortedSeedTags(seeds) {
 		ts, err := g.instantiate(ctx, qtag, seeds[qtag])
 		if err != nil {
@@ -176,7 +174,7 @@ func generateEHRSQL(ctx context.Context, spec *ehrSpec, dataRoot, dir string) er
 		}
 		all = append(all, ts...)
 	}
-	splits := map[string][]Task{}
+	splits := map[string][]tasks.Task{}
 	for i := range all {
 		t := &all[i]
 		t.View.ID = fmt.Sprintf("%s-%d", spec.dataset, i)
@@ -185,7 +183,7 @@ func generateEHRSQL(ctx context.Context, spec *ehrSpec, dataRoot, dir string) er
 		splits[t.View.Split] = append(splits[t.View.Split], *t)
 	}
 	for _, split := range []string{"train", "test"} {
-		if err := WriteTasks(filepath.Join(dir, split+".jsonl"), splits[split]); err != nil {
+		if err := tasks.WriteTasks(filepath.Join(dir, split+".jsonl"), splits[split]); err != nil {
 			return fmt.Errorf("%s: %w", spec.dataset, err)
 		}
 	}
@@ -327,8 +325,8 @@ func sortedKeys[V any](m map[string]V) []string {
 var slotDigits = regexp.MustCompile(`[0-9]+$`)
 
 // instantiate draws up to ehrsqlPerTemplate tasks of one template.
-func (g *ehrGen) instantiate(ctx context.Context, qtag string, seeds []ehrSeed) ([]Task, error) {
-	var out []Task
+func (g *ehrGen) instantiate(ctx context.Context, qtag string, seeds []ehrSeed) ([]tasks.Task, error) {
+	var out []tasks.Task
 	falsy := 0
 	for attempt := 0; attempt < ehrsqlAttempts && len(out) < ehrsqlPerTemplate; attempt++ {
 		if err := ctx.Err(); err != nil {
@@ -569,14 +567,14 @@ var (
 // ehrTask turns an executed instance into a task; ok is false when the
 // answer is not well defined (empty, NULL, several columns, too many rows).
 // falsy marks a "no" or a zero count.
-func ehrTask(dataset, qtag, question, query string, res ehrResult) (t Task, falsy, ok bool) {
+func ehrTask(dataset, qtag, question, query string, res ehrResult) (t tasks.Task, falsy, ok bool) {
 	if res.cols != 1 || len(res.rows) == 0 || len(res.rows) > ehrsqlMaxRows {
-		return Task{}, false, false
+		return tasks.Task{}, false, false
 	}
 	values := make([]string, len(res.rows))
 	for i, r := range res.rows {
 		if r[0] == nil {
-			return Task{}, false, false
+			return tasks.Task{}, false, false
 		}
 		if b, isBytes := r[0].([]byte); isBytes {
 			r[0] = string(b)
@@ -600,7 +598,7 @@ func ehrTask(dataset, qtag, question, query string, res ehrResult) (t Task, fals
 			typ = schemas.AnswerNumber
 		}
 	}
-	truth := Truth{Type: typ, Extra: map[string]string{"template": qtag, "sql": query}}
+	truth := tasks.Truth{Type: typ, Extra: map[string]string{"template": qtag, "sql": query}}
 	switch typ {
 	case schemas.AnswerBoolean:
 		yes := res.rows[0][0].(int64) == 1
@@ -614,20 +612,20 @@ func ehrTask(dataset, qtag, question, query string, res ehrResult) (t Task, fals
 	case schemas.AnswerNumber:
 		truth.Answer = values[0]
 		truth.Values = values
-		truth.Tolerance = ehrsqlTolerance
+		truth.Tolerance = tasks.EHRSQLTolerance
 	default:
 		raw, err := ehrJSONList(res.rows)
 		if err != nil {
-			return Task{}, false, false
+			return tasks.Task{}, false, false
 		}
 		truth.Answer = raw
 		truth.Values = values
-		truth.Tolerance = ehrsqlTolerance
+		truth.Tolerance = tasks.EHRSQLTolerance
 	}
-	t = Task{
+	t = tasks.Task{
 		View: schemas.TaskView{
 			Dataset: dataset, Category: qtag, Question: question, AnswerType: typ,
-			Resources: []string{dataset}, PermittedActions: ehrsqlActions,
+			Resources: []string{dataset}, PermittedActions: tasks.EHRSQLActions,
 		},
 		Truth:     truth,
 		Reference: ehrReference(dataset, query, typ),

@@ -1,10 +1,12 @@
-package tasks
+package generate
 
 import (
 	"math"
 	"testing"
 
 	"github.com/medgym/medgym/tasks/stats"
+
+	"github.com/medgym/medgym/tasks"
 )
 
 // powerR recomputes one power_* entry of reference_results.json into got.
@@ -61,8 +63,8 @@ func powerR(t *testing.T, e rResult, got map[string]float64, size func(float64, 
 }
 
 func TestNPowerTasks(t *testing.T) {
-	dir, train, test := generateInto(t, NPowerDataset)
-	checkSplits(t, NPowerDataset, train, test)
+	dir, train, test := generateInto(t, tasks.NPowerDataset)
+	checkSplits(t, tasks.NPowerDataset, train, test)
 	for _, task := range append(train, test...) {
 		if et := task.Truth.Extra["estimate_target"]; et != "size" && et != "power" {
 			t.Fatalf("%s: estimate_target %q", task.View.ID, et)
@@ -72,5 +74,5 @@ func TestNPowerTasks(t *testing.T) {
 }
 
 func TestNPowerDeterministic(t *testing.T) {
-	checkDeterministic(t, NPowerDataset)
+	checkDeterministic(t, tasks.NPowerDataset)
 }

@@ -1,4 +1,4 @@
-package tasks
+package generate
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/tasks/stats"
+
+	"github.com/medgym/medgym/tasks"
 )
 
 // BiostatDataset is the name of the generated biostatistics task set.
@@ -165,10 +167,10 @@ func generateBiostat(ctx context.Context, dataRoot, dir string) error {
 		cands = append(cands, capCells(cs, bsPerCell)...)
 	}
 	train, test := splitByCategory(BiostatDataset, cands, biostatTask)
-	if err := WriteTasks(filepath.Join(dir, "train.jsonl"), train); err != nil {
+	if err := tasks.WriteTasks(filepath.Join(dir, "train.jsonl"), train); err != nil {
 		return fmt.Errorf("biostat: %w", err)
 	}
-	if err := WriteTasks(filepath.Join(dir, "test.jsonl"), test); err != nil {
+	if err := tasks.WriteTasks(filepath.Join(dir, "test.jsonl"), test); err != nil {
 		return fmt.Errorf("biostat: %w", err)
 	}
 	for _, f := range append(files, "PROVENANCE.md") {
@@ -253,7 +255,7 @@ func capCells(cs []bsCand, n int) []bsCand {
 
 // splitByCategory numbers each category's candidates and sends a seeded
 // 20 % of every category to test, the rest to train.
-func splitByCategory[C any](dataset string, cs []C, build func(c C, id, split string) Task) (train, test []Task) {
+func splitByCategory[C any](dataset string, cs []C, build func(c C, id, split string) tasks.Task) (train, test []tasks.Task) {
 	byCat := map[string][]C{}
 	var cats []string
 	for _, c := range cs {
@@ -285,7 +287,7 @@ func splitByCategory[C any](dataset string, cs []C, build func(c C, id, split st
 }
 
 // biostatTask turns a candidate into a Task.
-func biostatTask(c bsCand, id, split string) Task {
+func biostatTask(c bsCand, id, split string) tasks.Task {
 	var ref strings.Builder
 	ref.WriteString("FILE = " + pyString(c.file) + "\n")
 	for _, p := range c.params {
@@ -297,13 +299,13 @@ func biostatTask(c bsCand, id, split string) Task {
 	}
 	ref.WriteString("\n" + bsBodies[c.body])
 	q := "Using the data file /data/biostat/" + c.file + ": " + c.question
-	tr := Truth{Type: schemas.AnswerNumber, Answer: strconv.FormatFloat(c.value, 'g', 10, 64), Tolerance: bsTolerance}
+	tr := tasks.Truth{Type: schemas.AnswerNumber, Answer: strconv.FormatFloat(c.value, 'g', 10, 64), Tolerance: bsTolerance}
 	if c.integer {
-		tr = Truth{Type: schemas.AnswerInteger, Answer: strconv.FormatFloat(c.value, 'f', 0, 64)}
+		tr = tasks.Truth{Type: schemas.AnswerInteger, Answer: strconv.FormatFloat(c.value, 'f', 0, 64)}
 	} else {
 		q += bsReport
 	}
-	return Task{
+	return tasks.Task{
 		View: schemas.TaskView{
 			ID: id, Dataset: BiostatDataset, Category: c.cat, Split: split,
 			Instruction: biostatInstruction, Question: q,

@@ -1,4 +1,4 @@
-package tasks
+package generate
 
 import (
 	"context"
@@ -12,10 +12,9 @@ import (
 
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/tasks/stats"
-)
 
-// NPowerDataset is the name of the N-PowerAI-style power/sample-size set.
-const NPowerDataset = "npowerai"
+	"github.com/medgym/medgym/tasks"
+)
 
 // npowerInstruction is the dataset-level instruction (N-PowerAI's role).
 const npowerInstruction = "You are a scientist facing sample-size and statistical-power problems when designing a " +
@@ -82,7 +81,7 @@ func generateNPowerAI(ctx context.Context, _, dir string) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			r := seededRand(NPowerDataset + "/" + typ + "/" + target)
+			r := seededRand(tasks.NPowerDataset + "/" + typ + "/" + target)
 			seen := map[string]bool{}
 			for tries := 0; len(seen) < npowerPerCategory && tries < 100*npowerPerCategory; tries++ {
 				c, ok := npowerCand(r, typ, target)
@@ -94,11 +93,11 @@ func generateNPowerAI(ctx context.Context, _, dir string) error {
 			}
 		}
 	}
-	train, test := splitByCategory(NPowerDataset, cands, npowerTask)
-	if err := WriteTasks(filepath.Join(dir, "train.jsonl"), train); err != nil {
+	train, test := splitByCategory(tasks.NPowerDataset, cands, npowerTask)
+	if err := tasks.WriteTasks(filepath.Join(dir, "train.jsonl"), train); err != nil {
 		return fmt.Errorf("npowerai: %w", err)
 	}
-	if err := WriteTasks(filepath.Join(dir, "test.jsonl"), test); err != nil {
+	if err := tasks.WriteTasks(filepath.Join(dir, "test.jsonl"), test); err != nil {
 		return fmt.Errorf("npowerai: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "LICENSE.md"), []byte(npowerLicense), 0o644); err != nil {
@@ -271,18 +270,18 @@ func npowerCand(r *rand.Rand, typ, target string) (npCand, bool) {
 }
 
 // npowerTask turns a candidate into a Task.
-func npowerTask(c npCand, id, split string) Task {
-	tr := Truth{Extra: map[string]string{"estimate_target": c.target, "task_type": c.typ}}
+func npowerTask(c npCand, id, split string) tasks.Task {
+	tr := tasks.Truth{Extra: map[string]string{"estimate_target": c.target, "task_type": c.typ}}
 	if c.target == "size" {
 		tr.Type, tr.Answer = schemas.AnswerInteger, strconv.Itoa(int(math.Ceil(c.value)))
 	} else {
 		tr.Type, tr.Answer, tr.Tolerance = schemas.AnswerNumber, strconv.FormatFloat(c.value, 'f', 6, 64), 1e-3
 	}
-	return Task{
+	return tasks.Task{
 		View: schemas.TaskView{
-			ID: id, Dataset: NPowerDataset, Category: c.typ + "_" + c.target, Split: split,
+			ID: id, Dataset: tasks.NPowerDataset, Category: c.typ + "_" + c.target, Split: split,
 			Instruction: npowerInstruction, Question: c.question,
-			AnswerType: tr.Type, Resources: []string{NPowerDataset}, PermittedActions: bsActions,
+			AnswerType: tr.Type, Resources: []string{tasks.NPowerDataset}, PermittedActions: bsActions,
 		},
 		Truth:     tr,
 		Reference: npowerPrelude + "\n\n" + c.call + "\n",

@@ -1,4 +1,4 @@
-package tasks
+package generate
 
 import (
 	"context"
@@ -12,12 +12,9 @@ import (
 	"strings"
 
 	"github.com/medgym/medgym/schemas"
-)
 
-// ClinicalMLDataset is the name of the generated clinical prediction task
-// set: binary classification on real clinical data sets, scored from a
-// predictions file over every test row (AnswerPredictions).
-const ClinicalMLDataset = "clinical_ml"
+	"github.com/medgym/medgym/tasks"
+)
 
 const mlInstruction = "You are a machine-learning engineer working on clinical data. Each task has a folder under " +
 	"/data/clinical_ml with train.csv (features, an id column and the binary label) and test_features.csv " +
@@ -139,11 +136,11 @@ func generateClinicalML(ctx context.Context, dataRoot, dir string) error {
 		}
 		cands = append(cands, cs...)
 	}
-	train, test := splitByCategory(ClinicalMLDataset, cands, clinicalMLTask)
-	if err := WriteTasks(filepath.Join(dir, "train.jsonl"), train); err != nil {
+	train, test := splitByCategory(tasks.ClinicalMLDataset, cands, clinicalMLTask)
+	if err := tasks.WriteTasks(filepath.Join(dir, "train.jsonl"), train); err != nil {
 		return fmt.Errorf("clinical_ml: %w", err)
 	}
-	if err := WriteTasks(filepath.Join(dir, "test.jsonl"), test); err != nil {
+	if err := tasks.WriteTasks(filepath.Join(dir, "test.jsonl"), test); err != nil {
 		return fmt.Errorf("clinical_ml: %w", err)
 	}
 	if err := copyFile(filepath.Join(src, "PROVENANCE.md"), filepath.Join(dir, "PROVENANCE.md")); err != nil {
@@ -235,7 +232,7 @@ func mlStratified(t *bsTable, s *mlSource) (train, test []int) {
 			neg = append(neg, i)
 		}
 	}
-	r := seededRand(ClinicalMLDataset + "/split/" + s.Name)
+	r := seededRand(tasks.ClinicalMLDataset + "/split/" + s.Name)
 	for _, cls := range [][]int{pos, neg} {
 		r.Shuffle(len(cls), func(i, j int) { cls[i], cls[j] = cls[j], cls[i] })
 		k := int(math.Round(0.3 * float64(len(cls))))
@@ -278,7 +275,7 @@ func mlWriteSubset(dir string, s *mlSource, t, tt *bsTable, trRows, teRows []int
 		return c, err
 	}
 	// Test rows are shuffled and numbered, so the order tells nothing.
-	order := seededRand(ClinicalMLDataset + "/ids/" + c.key).Perm(len(teKeep))
+	order := seededRand(tasks.ClinicalMLDataset + "/ids/" + c.key).Perm(len(teKeep))
 	c.testIDs = make([]int, len(teKeep))
 	c.testY = make([]bool, len(teKeep))
 	fdir := filepath.Join(dir, c.key)
@@ -525,7 +522,7 @@ print("wrote predictions.csv with", len(out), "rows")
 `
 
 // clinicalMLTask turns a candidate into a Task.
-func clinicalMLTask(c mlCand, id, split string) Task {
+func clinicalMLTask(c mlCand, id, split string) tasks.Task {
 	cat := c.src.Name
 	folder := "/data/clinical_ml/" + c.key
 	q := fmt.Sprintf("Data: %s. In %s, train.csv has %d patients with the features %s and the label column %q: %s. "+
@@ -533,12 +530,12 @@ func clinicalMLTask(c mlCand, id, split string) Task {
 		"write predictions.csv in the working directory with the columns id and prediction (0 or 1)",
 		c.src.Desc, folder, c.nTrain, mlFeatureList(c.feats), c.src.Label, c.src.LabelText, len(c.testIDs))
 	extra := map[string]string{
-		ExtraOutputFile: mlOutputFile, ExtraIDColumn: "id", ExtraPredictionColumn: "prediction",
-		ExtraScoreColumn: "score", ExtraPositiveLabel: "1",
-		ExtraMinAccuracy: strconv.FormatFloat(c.minAcc, 'f', 2, 64),
+		tasks.ExtraOutputFile: mlOutputFile, tasks.ExtraIDColumn: "id", tasks.ExtraPredictionColumn: "prediction",
+		tasks.ExtraScoreColumn: "score", tasks.ExtraPositiveLabel: "1",
+		tasks.ExtraMinAccuracy: strconv.FormatFloat(c.minAcc, 'f', 2, 64),
 	}
 	if c.minAUC > 0 {
-		extra[ExtraMinAUROC] = strconv.FormatFloat(c.minAUC, 'f', 2, 64)
+		extra[tasks.ExtraMinAUROC] = strconv.FormatFloat(c.minAUC, 'f', 2, 64)
 		q += fmt.Sprintf(", plus a column score with the predicted probability that the label is 1. The task is solved when "+
 			"the AUROC of score over all test patients is at least %.2f and the accuracy of prediction at least %.2f.", c.minAUC, c.minAcc)
 	} else {
@@ -551,17 +548,17 @@ func clinicalMLTask(c mlCand, id, split string) Task {
 	}
 	sortIDValues(values)
 	// Answer is a summary of what is required; the gold labels are Values.
-	answer := "min_accuracy=" + extra[ExtraMinAccuracy]
+	answer := "min_accuracy=" + extra[tasks.ExtraMinAccuracy]
 	if c.minAUC > 0 {
-		answer += " min_auroc=" + extra[ExtraMinAUROC]
+		answer += " min_auroc=" + extra[tasks.ExtraMinAUROC]
 	}
-	tr := Truth{Type: schemas.AnswerPredictions, Answer: answer, Values: values, Extra: extra}
+	tr := tasks.Truth{Type: schemas.AnswerPredictions, Answer: answer, Values: values, Extra: extra}
 	ref := "FOLDER = " + pyString(c.key) + "\nLABEL = " + pyString(c.src.Label) + "\n\n" + mlReference
-	return Task{
+	return tasks.Task{
 		View: schemas.TaskView{
-			ID: id, Dataset: ClinicalMLDataset, Category: cat, Split: split,
+			ID: id, Dataset: tasks.ClinicalMLDataset, Category: cat, Split: split,
 			Instruction: mlInstruction, Question: q, AnswerType: schemas.AnswerPredictions,
-			Resources: []string{ClinicalMLDataset + "/" + c.key}, PermittedActions: bsActions,
+			Resources: []string{tasks.ClinicalMLDataset + "/" + c.key}, PermittedActions: bsActions,
 			OutputFiles: []string{mlOutputFile},
 		},
 		Truth:     tr,

@@ -1,4 +1,4 @@
-package tasks
+package generate
 
 import (
 	"fmt"
@@ -12,12 +12,14 @@ import (
 	"testing"
 
 	"github.com/medgym/medgym/schemas"
+
+	"github.com/medgym/medgym/tasks"
 )
 
 func TestClinicalMLTasks(t *testing.T) {
-	dir, train, test := generateInto(t, ClinicalMLDataset)
-	checkSplits(t, ClinicalMLDataset, train, test)
-	all := append(append([]Task(nil), train...), test...)
+	dir, train, test := generateInto(t, tasks.ClinicalMLDataset)
+	checkSplits(t, tasks.ClinicalMLDataset, train, test)
+	all := append(append([]tasks.Task(nil), train...), test...)
 	if n := len(all); n < 24 || n > 60 {
 		t.Errorf("%d tasks, want a few dozen", n)
 	}
@@ -29,7 +31,7 @@ func TestClinicalMLTasks(t *testing.T) {
 	for _, task := range all {
 		v, tr := task.View, task.Truth
 		if v.AnswerType != schemas.AnswerPredictions || tr.Type != schemas.AnswerPredictions ||
-			len(v.OutputFiles) != 1 || v.OutputFiles[0] != tr.Extra[ExtraOutputFile] || len(v.Resources) != 1 {
+			len(v.OutputFiles) != 1 || v.OutputFiles[0] != tr.Extra[tasks.ExtraOutputFile] || len(v.Resources) != 1 {
 			t.Fatalf("%s: view %+v truth %+v", v.ID, v, tr.Extra)
 		}
 		checkNoLabels(t, dir, task)
@@ -38,7 +40,7 @@ func TestClinicalMLTasks(t *testing.T) {
 
 // checkNoLabels asserts the folder the agent sees holds train.csv and
 // test_features.csv only, and that the test file has no label column.
-func checkNoLabels(t *testing.T, dir string, task Task) {
+func checkNoLabels(t *testing.T, dir string, task tasks.Task) {
 	t.Helper()
 	folder := filepath.Join(filepath.Dir(dir), filepath.FromSlash(task.View.Resources[0]))
 	ents, err := os.ReadDir(folder)
@@ -75,7 +77,7 @@ func checkNoLabels(t *testing.T, dir string, task Task) {
 }
 
 func TestClinicalMLDeterministic(t *testing.T) {
-	checkDeterministic(t, ClinicalMLDataset)
+	checkDeterministic(t, tasks.ClinicalMLDataset)
 }
 
 // TestClinicalMLSolvable runs every reference in a temporary working
@@ -87,8 +89,8 @@ func TestClinicalMLSolvable(t *testing.T) {
 	if _, err := os.Stat(python); err != nil {
 		t.Skipf("no %s", python)
 	}
-	dir, train, test := generateInto(t, ClinicalMLDataset)
-	ts := append(append([]Task(nil), train...), test...)
+	dir, train, test := generateInto(t, tasks.ClinicalMLDataset)
+	ts := append(append([]tasks.Task(nil), train...), test...)
 	if testing.Short() {
 		ts = sampleSpread(ts, 1)
 	}
@@ -106,13 +108,13 @@ func TestClinicalMLSolvable(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", task.View.ID, err)
 		}
-		minAcc, _ := strconv.ParseFloat(task.Truth.Extra[ExtraMinAccuracy], 64)
+		minAcc, _ := strconv.ParseFloat(task.Truth.Extra[tasks.ExtraMinAccuracy], 64)
 		ok := acc >= minAcc
-		if s := task.Truth.Extra[ExtraMinAUROC]; s != "" {
+		if s := task.Truth.Extra[tasks.ExtraMinAUROC]; s != "" {
 			minAUC, _ := strconv.ParseFloat(s, 64)
 			ok = ok && auc >= minAUC
 		}
-		t.Logf("%-40s acc %.3f (min %s) auc %.3f (min %s)", task.View.ID, acc, task.Truth.Extra[ExtraMinAccuracy], auc, task.Truth.Extra[ExtraMinAUROC])
+		t.Logf("%-40s acc %.3f (min %s) auc %.3f (min %s)", task.View.ID, acc, task.Truth.Extra[tasks.ExtraMinAccuracy], auc, task.Truth.Extra[tasks.ExtraMinAUROC])
 		if !ok {
 			t.Errorf("%s: reference does not reach the thresholds", task.View.ID)
 		}
@@ -121,7 +123,7 @@ func TestClinicalMLSolvable(t *testing.T) {
 
 // mirrorPredictionScore mirrors the verifier's strict predictions rule for
 // the reference's own output (columns id, prediction, score).
-func mirrorPredictionScore(tr Truth, data string) (acc, auc float64, err error) {
+func mirrorPredictionScore(tr tasks.Truth, data string) (acc, auc float64, err error) {
 	lines := strings.Split(strings.TrimSpace(data), "\n")
 	if lines[0] != "id,prediction,score" {
 		return 0, 0, fmt.Errorf("header %q", lines[0])

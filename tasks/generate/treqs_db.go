@@ -1,4 +1,4 @@
-package tasks
+package generate
 
 import (
 	"bufio"
@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/medgym/medgym/tasks"
 )
 
 // The TREQS (MIMICSQL) 5-table database, rebuilt from the MIMIC-III demo
@@ -21,29 +23,6 @@ import (
 // build: one DEMOGRAPHIC row per admission, DIAGNOSES/PROCEDURES joined with
 // their dictionaries, PRESCRIPTIONS and LAB with the dose/value and unit
 // concatenated. Values stay in MIMIC's case and dates; empty fields are NULL.
-
-// treqsTable is one table of the TREQS schema; the column order is the
-// index order of MIMICSQL's `format` field.
-type treqsTable struct {
-	name  string
-	cols  []string
-	types []string // SQLite declared types, parallel to cols
-}
-
-// treqsSchema lists the tables in MIMICSQL's table-index order: 0
-// DEMOGRAPHIC, 1 DIAGNOSES, 2 PROCEDURES, 3 PRESCRIPTIONS, 4 LAB.
-var treqsSchema = []treqsTable{
-	{name: "DEMOGRAPHIC", cols: []string{"SUBJECT_ID", "HADM_ID", "NAME", "MARITAL_STATUS", "AGE", "DOB", "GENDER",
-		"LANGUAGE", "RELIGION", "ADMISSION_TYPE", "DAYS_STAY", "INSURANCE", "ETHNICITY", "EXPIRE_FLAG",
-		"ADMISSION_LOCATION", "DISCHARGE_LOCATION", "DIAGNOSIS", "DOD", "DOB_YEAR", "DOD_YEAR", "ADMITTIME",
-		"DISCHTIME", "ADMITYEAR"}},
-	{name: "DIAGNOSES", cols: []string{"SUBJECT_ID", "HADM_ID", "ICD9_CODE", "SHORT_TITLE", "LONG_TITLE"}},
-	{name: "PROCEDURES", cols: []string{"SUBJECT_ID", "HADM_ID", "ICD9_CODE", "SHORT_TITLE", "LONG_TITLE"}},
-	{name: "PRESCRIPTIONS", cols: []string{"SUBJECT_ID", "HADM_ID", "ICUSTAY_ID", "DRUG_TYPE", "DRUG",
-		"FORMULARY_DRUG_CD", "ROUTE", "DRUG_DOSE"}},
-	{name: "LAB", cols: []string{"SUBJECT_ID", "HADM_ID", "ITEMID", "CHARTTIME", "FLAG", "VALUE_UNIT", "LABEL",
-		"FLUID", "CATEGORY"}},
-}
 
 // treqsNumeric are DEMOGRAPHIC's non-TEXT columns (as pandas writes them).
 var treqsNumeric = map[string]string{
@@ -65,17 +44,17 @@ var treqsIndexes = map[string][]string{
 func treqsDDL() *ehrDDL {
 	d := &ehrDDL{cols: map[string][]string{}}
 	var b strings.Builder
-	for _, t := range treqsSchema {
-		d.tables = append(d.tables, t.name)
-		d.cols[strings.ToLower(t.name)] = t.cols
-		fmt.Fprintf(&b, "CREATE TABLE %s (\n", t.name)
-		for i, c := range t.cols {
+	for _, t := range tasks.TREQSSchema {
+		d.tables = append(d.tables, t.Name)
+		d.cols[strings.ToLower(t.Name)] = t.Cols
+		fmt.Fprintf(&b, "CREATE TABLE %s (\n", t.Name)
+		for i, c := range t.Cols {
 			typ := "TEXT"
-			if t.name == "DEMOGRAPHIC" && treqsNumeric[c] != "" {
+			if t.Name == "DEMOGRAPHIC" && treqsNumeric[c] != "" {
 				typ = treqsNumeric[c]
 			}
 			sep := ","
-			if i == len(t.cols)-1 {
+			if i == len(t.Cols)-1 {
 				sep = ""
 			}
 			fmt.Fprintf(&b, "    %s %s%s\n", c, typ, sep)
@@ -138,9 +117,9 @@ func buildTREQS(ctx context.Context, demoDir, namesPath string) ([]*ehrTable, er
 		return nil, err
 	}
 	csvPath := func(n string) string { return filepath.Join(demoDir, n+".csv.gz") }
-	tables := make([]*ehrTable, len(treqsSchema))
-	for i, s := range treqsSchema {
-		tables[i] = &ehrTable{name: s.name, cols: s.cols}
+	tables := make([]*ehrTable, len(tasks.TREQSSchema))
+	for i, s := range tasks.TREQSSchema {
+		tables[i] = &ehrTable{name: s.Name, cols: s.Cols}
 	}
 
 	type patient struct{ dob, gender, dod, expire string }

@@ -1,4 +1,4 @@
-package tasks
+package generate
 
 // Python reference code for the biostat tasks. A reference is the task's
 // parameters as Python assignments, then bsPrelude, then one body. It reads

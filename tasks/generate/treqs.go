@@ -1,4 +1,4 @@
-package tasks
+package generate
 
 import (
 	"bufio"
@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/medgym/medgym/schemas"
+
+	"github.com/medgym/medgym/tasks"
 )
 
 // TREQS task set (MIMICSQL questions on the MIMIC-III demo). Generation
@@ -30,9 +32,6 @@ import (
 // wording when it spells the values verbatim) gets the new values. The
 // answer is the result of running the SQL; only non-empty, well-defined
 // results are kept.
-
-// TREQSDataset is the dataset name of the TREQS task set.
-const TREQSDataset = "treqs"
 
 const (
 	treqsSeed         = 20250616 // fixed seed of every TREQS draw
@@ -94,12 +93,12 @@ func (r *treqsRow) parseConds() error {
 		return fmt.Errorf("key %s: bad format %+v", r.Key, f)
 	}
 	for _, t := range f.Table {
-		if t < 0 || t >= len(treqsSchema) {
+		if t < 0 || t >= len(tasks.TREQSSchema) {
 			return fmt.Errorf("key %s: table index %d", r.Key, t)
 		}
 	}
 	for _, ac := range f.AggCol {
-		if len(ac) != 2 || ac[0] < 0 || ac[0] >= len(treqsSchema) || ac[1] < 0 || ac[1] >= len(treqsSchema[ac[0]].cols) {
+		if len(ac) != 2 || ac[0] < 0 || ac[0] >= len(tasks.TREQSSchema) || ac[1] < 0 || ac[1] >= len(tasks.TREQSSchema[ac[0]].Cols) {
 			return fmt.Errorf("key %s: agg_col %v", r.Key, ac)
 		}
 	}
@@ -117,7 +116,7 @@ func (r *treqsRow) parseConds() error {
 			}
 			idx[i] = int(v)
 		}
-		if idx[0] < 0 || idx[0] >= len(treqsSchema) || idx[1] < 0 || idx[1] >= len(treqsSchema[idx[0]].cols) ||
+		if idx[0] < 0 || idx[0] >= len(tasks.TREQSSchema) || idx[1] < 0 || idx[1] >= len(tasks.TREQSSchema[idx[0]].Cols) ||
 			idx[2] < 0 || idx[2] >= len(treqsOps) {
 			return fmt.Errorf("key %s: cond %v", r.Key, c)
 		}
@@ -154,7 +153,7 @@ func treqsQuestionValue(s string, float bool) string {
 // values, by MIMICSQL's rule (the template rows regenerate their `sql`
 // byte for byte with quote = `"`). quote is the literal quote character.
 func treqsSQL(f treqsFormat, conds []treqsCond, quote string) string {
-	col := func(t, c int) string { return treqsSchema[t].name + `."` + treqsSchema[t].cols[c] + `"` }
+	col := func(t, c int) string { return tasks.TREQSSchema[t].Name + `."` + tasks.TREQSSchema[t].Cols[c] + `"` }
 	var b strings.Builder
 	b.WriteString("SELECT ")
 	sels := make([]string, len(f.AggCol))
@@ -169,10 +168,10 @@ func treqsSQL(f treqsFormat, conds []treqsCond, quote string) string {
 	default:
 		b.WriteString(strings.ToUpper(treqsAggs[f.Sel]) + " ( " + strings.Join(sels, ",") + " )")
 	}
-	first := treqsSchema[f.Table[0]].name
+	first := tasks.TREQSSchema[f.Table[0]].Name
 	b.WriteString(" FROM " + first)
 	for _, t := range f.Table[1:] {
-		n := treqsSchema[t].name
+		n := tasks.TREQSSchema[t].Name
 		fmt.Fprintf(&b, " INNER JOIN %s on %s.HADM_ID = %s.HADM_ID", n, first, n)
 	}
 	for i, c := range conds {
@@ -288,7 +287,7 @@ func generateTREQS(ctx context.Context, dataRoot, dir string) error {
 		}
 		g.byHadm = append(g.byHadm, m)
 	}
-	var all []Task
+	var all []tasks.Task
 	for i := range rows {
 		for range treqsDraws {
 			ts, err := g.instantiate(ctx, &rows[i])
@@ -299,16 +298,16 @@ func generateTREQS(ctx context.Context, dataRoot, dir string) error {
 		}
 	}
 	instr := treqsInstruction()
-	splits := map[string][]Task{}
+	splits := map[string][]tasks.Task{}
 	for i := range all {
 		t := &all[i]
-		t.View.ID = fmt.Sprintf("%s-%d", TREQSDataset, i)
+		t.View.ID = fmt.Sprintf("%s-%d", tasks.TREQSDataset, i)
 		t.View.Instruction = instr
 		t.View.Split = treqsSplit(t.Truth.Extra["sql"])
 		splits[t.View.Split] = append(splits[t.View.Split], *t)
 	}
 	for _, split := range []string{"train", "test"} {
-		if err := WriteTasks(filepath.Join(dir, split+".jsonl"), splits[split]); err != nil {
+		if err := tasks.WriteTasks(filepath.Join(dir, split+".jsonl"), splits[split]); err != nil {
 			return fmt.Errorf("treqs: %w", err)
 		}
 	}
@@ -335,7 +334,7 @@ func treqsSplit(query string) string {
 // instantiate draws new condition values for row from one demo admission,
 // runs the SQL and returns the tasks of the wordings that take the values
 // (none when no draw gives a well-defined answer).
-func (g *treqsGen) instantiate(ctx context.Context, row *treqsRow) ([]Task, error) {
+func (g *treqsGen) instantiate(ctx context.Context, row *treqsRow) ([]tasks.Task, error) {
 	for range treqsTries {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -356,7 +355,7 @@ func (g *treqsGen) instantiate(ctx context.Context, row *treqsRow) ([]Task, erro
 		if !ok {
 			continue
 		}
-		var out []Task
+		var out []tasks.Task
 		wordings := []string{row.Question}
 		if len(row.natural) > 0 {
 			wordings = append(wordings, row.natural[g.rng.IntN(len(row.natural))])
@@ -627,23 +626,23 @@ func treqsJSONList(vals []any) (string, error) {
 func treqsCategory(f treqsFormat) string {
 	names := make([]string, len(f.Table))
 	for i, t := range f.Table {
-		names[i] = strings.ToLower(treqsSchema[t].name)
+		names[i] = strings.ToLower(tasks.TREQSSchema[t].Name)
 	}
 	return treqsAggs[f.Sel] + ":" + strings.Join(names, "+")
 }
 
-func treqsTask(row *treqsRow, question, wording, query string, a treqsAns) Task {
-	truth := Truth{
+func treqsTask(row *treqsRow, question, wording, query string, a treqsAns) tasks.Task {
+	truth := tasks.Truth{
 		Type: a.typ, Answer: a.answer, Values: a.values, Ordered: a.ordered,
 		Extra: map[string]string{"sql": query, "mimicsql_key": row.Key, "wording": wording},
 	}
 	if a.typ == schemas.AnswerNumber || a.typ == schemas.AnswerList {
 		truth.Tolerance = treqsTolerance
 	}
-	return Task{
+	return tasks.Task{
 		View: schemas.TaskView{
-			Dataset: TREQSDataset, Category: treqsCategory(row.Format), Question: question, AnswerType: a.typ,
-			Resources: []string{TREQSDataset}, PermittedActions: append([]string(nil), ehrsqlActions...),
+			Dataset: tasks.TREQSDataset, Category: treqsCategory(row.Format), Question: question, AnswerType: a.typ,
+			Resources: []string{tasks.TREQSDataset}, PermittedActions: append([]string(nil), tasks.EHRSQLActions...),
 		},
 		Truth:     truth,
 		Reference: treqsReference(query, a),
@@ -671,7 +670,7 @@ func treqsReference(query string, a treqsAns) string {
 		out = "answer = str(rows[0][0])\nprint(answer)\n"
 	}
 	return "import json\nimport os\nimport sqlite3\n\n" +
-		"DATA_DIR = os.environ.get(\"MEDGYM_DATA_DIR\", \"/data/" + TREQSDataset + "\")\n" +
+		"DATA_DIR = os.environ.get(\"MEDGYM_DATA_DIR\", \"/data/" + tasks.TREQSDataset + "\")\n" +
 		"SQL = " + strings.TrimSpace(lit.String()) + "\n\n" +
 		"con = sqlite3.connect(\"file:\" + os.path.join(DATA_DIR, \"treqs.db\") + \"?mode=ro&immutable=1\", uri=True)\n" +
 		"rows = con.execute(SQL).fetchall()\n" + out
@@ -690,8 +689,8 @@ func treqsInstruction() string {
 		"ICD-9 codes with their short and long titles, PRESCRIPTIONS the drugs (FORMULARY_DRUG_CD is the drug code, " +
 		"DRUG_DOSE the dose with its unit) and LAB the lab tests (LABEL is the test name, VALUE_UNIT the value with its " +
 		"unit, FLAG abnormal/delta). Text values keep their original case.\n")
-	for i, t := range treqsSchema {
-		fmt.Fprintf(&b, "(%d) %s: %s\n", i+1, t.name, strings.Join(t.cols, ", "))
+	for i, t := range tasks.TREQSSchema {
+		fmt.Fprintf(&b, "(%d) %s: %s\n", i+1, t.Name, strings.Join(t.Cols, ", "))
 	}
 	b.WriteString("All the tables are saved in the data directory /data/treqs as CSV files named <TABLE>.csv " +
 		"(header = the column names; use pandas to read them). The same data is also in the SQLite database " +
