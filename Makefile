@@ -3,13 +3,17 @@ SHELL   := /bin/bash
 BIN     := $(CURDIR)/bin
 MODULES := $(shell go list -m -f '{{.Dir}}' 2>/dev/null)
 PKGS    := $(addsuffix /...,$(MODULES))
-# the system tests (systemtest/: tests that compose the services) run in their own stage
-UNIT_PKGS := $(filter-out $(CURDIR)/systemtest/...,$(PKGS))
+# the system tests (systemtest/: tests that compose the services) run in their own stage, and so
+# does the chart test (it links Helm and the Kubernetes libraries; no race detector)
+CHARTTEST := $(CURDIR)/deploy/kubernetes/charttest
+UNIT_PKGS := $(filter-out $(CURDIR)/systemtest/... $(CHARTTEST)/...,$(PKGS))
 TOOLS   ?= $(HOME)/.cache/medgym/bin
 export MEDGYM_TOOLS := $(TOOLS)
 SERVICES := dispatcher llm-worker sandbox-worker verifier trainer
 
-.PHONY: all setup setup-test venv build library demo test test-go test-system test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
+## packages and of the system tests, the Helm chart's render test, the compose deployment, the sandbox on
+## cgroup v2, every reference solution, bounded fuzzing; prints each stage's time
+TEST_STAGES := setup-test library fmt vet tidy test-go test-system test-chart test-compose test-cgroup2 verify-all fuzz
 
 all: build
 
@@ -18,7 +22,7 @@ all: build
 setup:
 	SKIP_MINIO=1 scripts/setup.sh
 
-## setup-test: setup plus the Docker engine and the sandbox image the Docker tests use,
+## setup-test: setup plus the Docker engine, Compose v2 and the sandbox image the Docker tests use,
 ## and QEMU with a kernel for the cgroup v2 tests
 setup-test:
 	WITH_DOCKER=1 WITH_VM=1 SKIP_MINIO=0 scripts/setup.sh
@@ -60,11 +64,16 @@ tidy:
 	@for m in $(MODULES); do (cd $$m && GOWORK=off go mod tidy -diff >/dev/null) || { echo "go mod tidy needed in $$m"; exit 1; }; done
 
 ## test: every check CI runs: gofmt, vet, go mod tidy, race tests (Docker backend included) of the
-## packages and of the system tests, the sandbox on cgroup v2, every reference solution, bounded
-## fuzzing; prints each stage's time
-TEST_STAGES := setup-test library fmt vet tidy test-go test-system test-cgroup2 verify-all fuzz
+## packages and of the system tests, the Helm chart's render test, the compose deployment, the sandbox on
+## cgroup v2, every reference solution, bounded fuzzing; prints each stage's time
+TEST_STAGES := setup-test library fmt vet tidy test-go test-system test-chart test-compose test-cgroup2 verify-all fuzz
 test:
 	@scripts/stages.sh $(TEST_STAGES)
+
+## test-compose: deploy/compose for real: images built locally (scripts/compose-images.sh), compose up
+## with 2 llm-workers and 2 sandbox-workers, a run through it, every episode stored once in its MinIO, down
+test-compose: setup-test library
+	MEDGYM_COMPOSE=1 MEDGYM_LIBRARY=$(CURDIR)/build/library go test -count=1 -timeout 15m -run '^TestComposeDeploy$$' -v ./systemtest
 
 ## test-cgroup2: the sandbox's cgroup tests and abuse suite on a cgroup v2 kernel (a QEMU VM)
 test-cgroup2: setup-test
@@ -81,6 +90,11 @@ test-go: setup-test library
 ## deployment files, the trainer against a pipeline) with the race detector
 test-system: setup-test library
 	MEDGYM_DOCKER=1 MEDGYM_LIBRARY=$(CURDIR)/build/library go test -race -count=1 -timeout 30m ./systemtest/...
+
+## test-chart: the Helm chart (deploy/kubernetes): rendered through Helm's Go library, decoded strictly
+## with the Kubernetes and KEDA types, its names against schemas and the services' live /metrics
+test-chart: setup-test library
+	cd $(CHARTTEST) && MEDGYM_LIBRARY=$(CURDIR)/build/library go test -count=1 -timeout 15m ./...
 
 test-short:
 	go test -short -count=1 $(PKGS)

@@ -4,7 +4,7 @@
 #
 #   scripts/setup.sh            Debian packages + Go tools (nats-server, minio)
 #   SKIP_MINIO=1 scripts/setup.sh   skip the MinIO test server (3.5 min build)
-#   WITH_DOCKER=1 scripts/setup.sh  also install the Docker engine
+#   WITH_DOCKER=1 scripts/setup.sh  also install the Docker engine, and build Compose v2
 #   WITH_VM=1 scripts/setup.sh      also QEMU, a kernel and busybox for the cgroup v2 tests (scripts/cgroup2-vm.sh)
 set -euo pipefail
 
@@ -34,5 +34,22 @@ fi
 if [ "${SKIP_MINIO:-0}" != 1 ] && [ ! -x "$TOOLS/minio" ]; then
   echo "setup: building the MinIO test server into $TOOLS (about 3.5 minutes, once per machine)"
   GOBIN="$TOOLS" GOWORK=off GOFLAGS=-p=2 go install github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c
+fi
+# Compose v2 for deploy/compose (TestComposeDeploy): Debian 12 ships only v1
+# (1.29), which cannot give the sandbox-worker's container the unmasked /proc
+# bubblewrap needs (security_opt systempaths=unconfined is a client-side
+# option v1 passes to the engine as is, and the engine refuses it). Built
+# from its Go module like the tools above (a copy of the module as the main
+# module: its go.mod has exclude directives, which `go install pkg@v` refuses).
+COMPOSE_VERSION=v2.40.3
+if [ "${WITH_DOCKER:-0}" = 1 ] && [ ! -x "$TOOLS/docker-compose" ]; then
+  echo "setup: building Docker Compose $COMPOSE_VERSION into $TOOLS (a few minutes, once per machine)"
+  src="$(GOWORK=off go mod download -json "github.com/docker/compose/v2@$COMPOSE_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  tmp="$(mktemp -d)"
+  cp -r "$src/." "$tmp/" && chmod -R u+w "$tmp"
+  (cd "$tmp" && GOWORK=off GOFLAGS=-p=2 go build -trimpath \
+    -ldflags "-s -w -X github.com/docker/compose/v2/internal.Version=$COMPOSE_VERSION" -o "$TOOLS/docker-compose.tmp" ./cmd)
+  mv "$TOOLS/docker-compose.tmp" "$TOOLS/docker-compose"
+  rm -rf "$tmp"
 fi
 echo "setup: done (tools in $TOOLS)"

@@ -35,6 +35,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
 		c.MaxEpisodes = n
 		return nil
 	})
+	fs.IntVar(&c.MaxInFlightTotal, "max-in-flight-total", dispatch.DefaultMaxInFlightTotal,
+		"most episodes in flight across the runs this dispatcher drives, shared fairly among them (each run also keeps to its own max_in_flight); -1: no bound beyond each run's")
 	fs.DurationVar(&c.Tick, "tick", 500*time.Millisecond, "how often a run's admission loop re-counts scores when no score event woke it")
 }
 
@@ -46,6 +48,9 @@ func (c Config) Validate() error {
 	if c.MaxEpisodes < 0 {
 		return fmt.Errorf("--max-episodes must be ≥ 1, got %d (0: the default)", c.MaxEpisodes)
 	}
+	if c.MaxInFlightTotal < -1 {
+		return fmt.Errorf("--max-in-flight-total must be ≥ 1, or -1 for no bound, got %d (0: the default)", c.MaxInFlightTotal)
+	}
 	if c.Tick < 0 {
 		return fmt.Errorf("--tick %s: must be positive", c.Tick)
 	}
@@ -54,7 +59,8 @@ func (c Config) Validate() error {
 
 // LogValue is the configuration logged at start.
 func (c Config) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("data", c.DataRoot), slog.String("library", c.LibraryDir), slog.Int("max_episodes", c.MaxEpisodes))
+	return slog.GroupValue(slog.String("data", c.DataRoot), slog.String("library", c.LibraryDir), slog.Int("max_episodes", c.MaxEpisodes),
+		slog.Int("max_in_flight_total", c.MaxInFlightTotal))
 }
 
 // Serve runs the dispatcher with this configuration, measured by metrics.

@@ -27,6 +27,11 @@ type Config struct {
 	// MaxEpisodes bounds tasks × samples of one run (default
 	// dispatch.DefaultMaxEpisodes); a larger run is refused.
 	MaxEpisodes int
+	// MaxInFlightTotal bounds the episodes in flight across the runs this
+	// dispatcher drives, shared max-min fairly among them (0:
+	// dispatch.DefaultMaxInFlightTotal; -1: no bound beyond each run's
+	// max_in_flight).
+	MaxInFlightTotal int
 
 	envErr error // a malformed environment fallback (RegisterFlags)
 }
@@ -69,7 +74,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 		},
 		Refused: func(reason string) { refused.WithLabelValues(reason).Inc() },
 		Log:     log,
-	}, dispatch.Config{Tick: cfg.Tick, MaxEpisodes: cfg.MaxEpisodes})
+	}, dispatch.Config{Tick: cfg.Tick, MaxEpisodes: cfg.MaxEpisodes, MaxInFlightTotal: cfg.MaxInFlightTotal})
 	defer d.Wait()
 
 	// Wake a run's loop on every score (core subscription: every dispatcher

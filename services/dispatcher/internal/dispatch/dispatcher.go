@@ -78,6 +78,11 @@ type Config struct {
 	// MaxEpisodes bounds tasks × samples of one run (default
 	// DefaultMaxEpisodes); a larger run is refused.
 	MaxEpisodes int
+	// MaxInFlightTotal bounds the episodes in flight across the runs this
+	// dispatcher drives, shared max-min fairly among them (default
+	// DefaultMaxInFlightTotal; negative: no bound beyond each run's own
+	// max_in_flight).
+	MaxInFlightTotal int
 }
 
 // Dispatcher runs runs: it records submitted runs, drives each unfinished
@@ -105,6 +110,9 @@ type Dispatcher struct {
 type runState struct {
 	plan *Plan
 	wake chan struct{}
+	// demand is the in-flight slots the run could use at its last step
+	// (guarded by Dispatcher.mu; see admission).
+	demand int
 }
 
 // New returns a Dispatcher whose admission loops run until ctx is done.
@@ -114,6 +122,9 @@ func New(ctx context.Context, deps Deps, cfg Config) *Dispatcher {
 	}
 	if cfg.MaxEpisodes <= 0 {
 		cfg.MaxEpisodes = DefaultMaxEpisodes
+	}
+	if cfg.MaxInFlightTotal == 0 {
+		cfg.MaxInFlightTotal = DefaultMaxInFlightTotal
 	}
 	if deps.Log == nil {
 		deps.Log = slog.New(slog.DiscardHandler)
@@ -288,7 +299,11 @@ func (d *Dispatcher) startPlan(p *Plan) {
 	if _, ok := d.active[p.Spec.RunID]; ok {
 		return
 	}
-	rs := &runState{plan: p, wake: make(chan struct{}, 1)}
+	maxIn := p.Spec.MaxInFlight
+	if maxIn <= 0 {
+		maxIn = defaultRunInFlight
+	}
+	rs := &runState{plan: p, wake: make(chan struct{}, 1), demand: min(maxIn, p.Len())}
 	d.active[p.Spec.RunID] = rs
 	d.plans[p.Spec.RunID] = p
 	if d.manual {
@@ -300,6 +315,7 @@ func (d *Dispatcher) startPlan(p *Plan) {
 			delete(d.active, p.Spec.RunID)
 			delete(d.plans, p.Spec.RunID)
 			d.mu.Unlock()
+			d.wakeAll() // the others' shares grow
 		}()
 		d.loop(context.WithoutCancel(d.runCtx), d.runCtx.Done(), rs)
 	})

@@ -20,6 +20,8 @@ type fixture struct {
 	bus      *memBus
 	purged   []string
 	refused  map[string]int
+	// total is the dispatchers' MaxInFlightTotal (0: the default).
+	total int
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -45,7 +47,7 @@ func (f *fixture) dispatcher() *Dispatcher {
 			return ts, nil
 		},
 		Refused: func(reason string) { f.refused[reason]++ },
-	}, Config{MaxEpisodes: 1000})
+	}, Config{MaxEpisodes: 1000, MaxInFlightTotal: f.total})
 	d.manual = true
 	return d
 }

@@ -9,12 +9,16 @@ import (
 	"github.com/medgym/medgym/schemas"
 )
 
+// defaultRunInFlight is a run's max_in_flight when its spec leaves it 0.
+const defaultRunInFlight = 64
+
 // maxRetryWait caps the wait between a loop's attempts while the stores
 // are unreachable; the loop itself never gives up.
 const maxRetryWait = 5 * time.Second
 
 // loop is a run's admission control: publish while fewer than MaxInFlight
-// published episodes are unscored; finish when every planned episode is
+// published episodes are unscored, and fewer than the run's fair share of
+// the dispatcher's MaxInFlightTotal (see admission); finish when every planned episode is
 // published and scored, or when the run is cancelled. The scored episodes
 // are the bits set in the completions bucket, so only validated, distinct,
 // planned episode ids count (see Scored). A failing store or publish (the
@@ -25,7 +29,7 @@ func (d *Dispatcher) loop(ctx context.Context, stop <-chan struct{}, rs *runStat
 	run := p.Spec.RunID
 	maxIn := p.Spec.MaxInFlight
 	if maxIn <= 0 {
-		maxIn = 64
+		maxIn = defaultRunInFlight
 	}
 	prog := newProgress(p.Len())
 	tick := time.NewTicker(d.cfg.Tick)
@@ -92,8 +96,11 @@ func (d *Dispatcher) step(ctx context.Context, rs *runState, prog *progress, max
 		return err
 	}
 	var pubErr error
-	if st.Cancel == "" {
-		for st.Published < p.Len() && st.Published-done < maxIn {
+	if st.Cancel != "" {
+		d.admission(rs, 0) // publishes nothing more: its slots go to the others
+	} else {
+		limit := d.admission(rs, min(maxIn, p.Len()-done))
+		for st.Published < p.Len() && st.Published-done < limit {
 			req := p.Request(st.Published, time.Now().UTC())
 			if pubErr = d.deps.Publish(ctx, schemas.EpisodeRequested.For(run), schemas.MsgID(run, req.EpisodeID, req.Attempt), req); pubErr != nil {
 				break
