@@ -11,9 +11,7 @@ TOOLS   ?= $(HOME)/.cache/medgym/bin
 export MEDGYM_TOOLS := $(TOOLS)
 SERVICES := dispatcher llm-worker sandbox-worker verifier trainer
 
-## packages and of the system tests, the Helm chart's render test, the compose deployment, the sandbox on
-## cgroup v2, every reference solution, bounded fuzzing; prints each stage's time
-TEST_STAGES := setup-test library fmt vet tidy test-go test-system test-chart test-compose test-cgroup2 verify-all fuzz
+.PHONY: all setup setup-test venv build library demo test test-go test-system test-chart test-compose test-env test-adapters test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
 
 all: build
 
@@ -40,6 +38,7 @@ build:
 	@mkdir -p $(BIN)
 	go build -o $(BIN)/medgym ./cmd/medgym
 	@for s in $(SERVICES); do go build -o $(BIN)/$$s ./services/$$s || exit 1; done
+	go build -o $(BIN)/env-server ./services/env
 
 ## library: generate the task library (EHR databases, biostat, power tasks) from ../shared/data into
 ## build/library/agent (what the sandbox mounts) and build/library/verifier (task files, truths); see docs/adr/0008
@@ -66,14 +65,25 @@ tidy:
 ## test: every check CI runs: gofmt, vet, go mod tidy, race tests (Docker backend included) of the
 ## packages and of the system tests, the Helm chart's render test, the compose deployment, the sandbox on
 ## cgroup v2, every reference solution, bounded fuzzing; prints each stage's time
-TEST_STAGES := setup-test library fmt vet tidy test-go test-system test-chart test-compose test-cgroup2 verify-all fuzz
+TEST_STAGES := setup-test library fmt vet tidy test-go test-system test-env test-adapters test-chart test-compose test-cgroup2 verify-all fuzz
 test:
 	@scripts/stages.sh $(TEST_STAGES)
+
+## test-env: the environment API's Python client and adapters (clients/python) against live `medgym env serve`
+## processes the tests start: the layered venv .venv-env (requirements/env-base.txt over .venv), the client, Gymnasium
+## and TRL adapters, a bounded schemathesis run, the TRL GRPO end-to-end test; see scripts/test-env.sh
+test-env: setup-test build library
+	scripts/test-env.sh
 
 ## test-compose: deploy/compose for real: images built locally (scripts/compose-images.sh), compose up
 ## with 2 llm-workers and 2 sandbox-workers, a run through it, every episode stored once in its MinIO, down
 test-compose: setup-test library
 	MEDGYM_COMPOSE=1 MEDGYM_LIBRARY=$(CURDIR)/build/library go test -count=1 -timeout 15m -run '^TestComposeDeploy$$' -v ./systemtest
+
+## test-adapters: the SkyRL-gym, verifiers, verl and OpenRLHF adapters (clients/python), each in its framework's
+## venv layer (requirements/env-*.txt; built once, then a no-op), against a live medgym env serve
+test-adapters: build library
+	scripts/test-adapters.sh
 
 ## test-cgroup2: the sandbox's cgroup tests and abuse suite on a cgroup v2 kernel (a QEMU VM)
 test-cgroup2: setup-test

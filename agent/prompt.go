@@ -28,6 +28,14 @@ type PromptOptions struct {
 	Upstream bool
 }
 
+// EpisodePromptOptions are the PromptOptions an episode with opts gets: the
+// one place that says how episode options shape the prompt, shared by the
+// episode engine and the dataset exports (`medgym export`), so an exported
+// prompt is the prompt a session for the same task and options starts with.
+func EpisodePromptOptions(opts schemas.EpisodeOptions, systemAsUser bool) PromptOptions {
+	return PromptOptions{SystemAsUser: systemAsUser, AllowAnswer: opts.EndOn != schemas.EndOnAccepted, Upstream: opts.Upstream()}
+}
+
 // actionSpec is the prompt text of one action.
 type actionSpec struct {
 	name     string

@@ -99,7 +99,7 @@ func EnsureStreams(ctx context.Context, c *Conn, o StreamOptions) error {
 			return fmt.Errorf("ensure stream %s: %w", name, err)
 		}
 	}
-	for _, b := range []string{schemas.BucketRuns, schemas.BucketEpisodes, schemas.BucketCompletions} {
+	for _, b := range []string{schemas.BucketRuns, schemas.BucketEpisodes, schemas.BucketCompletions, schemas.BucketEnvSessions} {
 		replicas, placement, _ := o.placed(ctx, js, "KV_"+b)
 		if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: b, Storage: storage, Replicas: replicas, Placement: placement, History: 1,

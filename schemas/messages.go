@@ -9,7 +9,7 @@ import (
 )
 
 // Version of the wire contract. Bump the minor on additive changes.
-const Version = "1.2"
+const Version = "1.3"
 
 // AnswerType says how a task's answer is checked.
 type AnswerType string
@@ -53,6 +53,12 @@ const (
 	// never meet them; every older outcome keeps its meaning.
 	OutcomeAbstainedCorrectly Outcome = "abstained_correctly"
 	OutcomeAbstainedWrongly   Outcome = "abstained_wrongly"
+	// OutcomeAbandoned (since 1.3) ends an episode played through the
+	// environment API whose client went away (its idle session was reaped)
+	// or closed it before it was done. Like InfraFailure it says nothing
+	// about the model: it is left out of success rates and training exports
+	// (Outcome.Excluded). Readers of older rows never meet it.
+	OutcomeAbandoned Outcome = "abandoned"
 )
 
 // AbstainAnswer is the reserved answer that abstains on a task that offers
@@ -64,7 +70,7 @@ const AbstainAnswer = "null"
 // Outcomes lists every outcome, for validation and reports.
 var Outcomes = []Outcome{OutcomeCorrect, OutcomeIncorrect, OutcomeFormatError, OutcomeTimeout,
 	OutcomeLoop, OutcomeTurnLimit, OutcomeSandboxError, OutcomeInfraFailure,
-	OutcomeAbstainedCorrectly, OutcomeAbstainedWrongly}
+	OutcomeAbstainedCorrectly, OutcomeAbstainedWrongly, OutcomeAbandoned}
 
 // Valid reports whether o is a known outcome.
 func (o Outcome) Valid() bool {
@@ -75,6 +81,12 @@ func (o Outcome) Valid() bool {
 	}
 	return false
 }
+
+// Excluded reports whether o says nothing about the model and is left out
+// of success rates, rewards and training exports: infra_failure (the
+// infrastructure failed) and abandoned (the environment API's client went
+// away).
+func (o Outcome) Excluded() bool { return o == OutcomeInfraFailure || o == OutcomeAbandoned }
 
 // Solved reports whether o is the task's correct outcome: a correct answer,
 // or an abstention on a question the data cannot answer.
@@ -87,7 +99,7 @@ func (o Outcome) Solved() bool { return o == OutcomeCorrect || o == OutcomeAbsta
 // each −1 multiplied by c. InfraFailure has no score (ok is false).
 func (o Outcome) Reliability() (score int, ok bool) {
 	switch {
-	case o == OutcomeInfraFailure:
+	case o.Excluded():
 		return 0, false
 	case o.Solved():
 		return 1, true
@@ -111,6 +123,9 @@ const (
 	EndTimeout      Termination = "timeout"       // per-episode wall clock exceeded
 	EndInfraFailure Termination = "infra_failure" // model endpoint or bus failed beyond retries
 	EndSandboxError Termination = "sandbox_error" // the sandbox itself failed (not the agent's code)
+	// EndAbandoned (since 1.3): the environment API's client went away or
+	// closed the session before the episode was done; scored abandoned.
+	EndAbandoned Termination = "abandoned"
 )
 
 // Policy names.

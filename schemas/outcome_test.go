@@ -3,7 +3,7 @@ package schemas
 import "testing"
 
 // The outcome set grew in contract 1.2 (abstained_correctly,
-// abstained_wrongly): a score written under 1.1 still decodes and
+// abstained_wrongly) and 1.3 (abandoned, excluded like infra_failure): a score written under 1.1 still decodes and
 // validates, the new outcomes validate, and an unknown one does not.
 func TestOutcomesAcrossVersions(t *testing.T) {
 	old := `{"run_id":"r1","episode_id":"e1","task_id":"t","dataset":"mimic_iii","sample_index":0,"outcome":"turn_limit","reward":0,"num_turns":3,"verifier_version":"1.0.0+strict.0","scored_at":"2026-11-30T00:00:00Z"}`
@@ -33,11 +33,18 @@ func TestOutcomesAcrossVersions(t *testing.T) {
 			t.Errorf("%s: solved %v, reliability %d (%v); want %v", o, o.Solved(), sc, ok, w)
 		}
 	}
-	if _, ok := OutcomeInfraFailure.Reliability(); ok {
-		t.Error("infra_failure has a reliability score")
+	for _, o := range []Outcome{OutcomeInfraFailure, OutcomeAbandoned} {
+		if _, ok := o.Reliability(); ok || !o.Excluded() || o.Solved() || !o.Valid() {
+			t.Errorf("%s: has a reliability score, or is not excluded", o)
+		}
 	}
-	if len(want)+1 != len(Outcomes) {
-		t.Errorf("%d outcomes, the test covers %d", len(Outcomes), len(want)+1)
+	for o := range want {
+		if o.Excluded() {
+			t.Errorf("%s is excluded from rates", o)
+		}
+	}
+	if len(want)+2 != len(Outcomes) {
+		t.Errorf("%d outcomes, the test covers %d", len(Outcomes), len(want)+2)
 	}
 }
 

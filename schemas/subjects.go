@@ -78,6 +78,12 @@ const (
 	DurableVerifierObs      = "verifier-observations"
 	DurableVerifierResults  = "verifier-results"
 	DurableDispatcherDead   = "dispatcher-deadletters"
+	// The environment server (services/env) plays the llm-worker's part
+	// for episodes whose model is its HTTP client: it reads the checked
+	// observations and the scores of its own sessions (others' are junk
+	// to it, as its sessions' are to the llm-worker).
+	DurableEnvChecks = "env-checks"
+	DurableEnvScores = "env-scores"
 )
 
 // Key-value buckets.
@@ -96,6 +102,12 @@ const (
 	// (dispatcher-owned): key "<run>.<chunk>", value a bitmap of
 	// 8,192 episodes (bit i of chunk c: episode c·8192+i).
 	BucketCompletions = "MEDGYM_RUN_DONE"
+	// BucketEnvSessions holds the environment server's sessions
+	// (services/env-owned): key "s.<session id>" a session (its episode
+	// state and the stored answer of every step), "e.<episode id>" the
+	// session id of an episode, "n.<run>.<task token>" the next sample
+	// index of a task in a run.
+	BucketEnvSessions = "MEDGYM_ENV_SESSIONS"
 )
 
 // ValidToken reports whether s can be used as one subject token (run ids,

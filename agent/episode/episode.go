@@ -48,8 +48,16 @@ type Engine struct {
 	Worker       string
 }
 
-// Step is what to publish after a state change: exactly one of Action and
-// Result is set.
+// ErrAwaitReply, returned by a Policy, says the reply comes from outside
+// medgym and is not here yet (the environment server's client is the
+// model). Start, Continue and Resume then return the state reached so far
+// and a Step with neither Action nor Result: the episode waits for the
+// reply, which the caller hands in by calling Resume once its Policy has it.
+var ErrAwaitReply = errors.New("awaiting the policy's reply")
+
+// Step is what to publish after a state change: at most one of Action and
+// Result is set; neither when the episode awaits an outside reply
+// (ErrAwaitReply).
 type Step struct {
 	Action *schemas.ActionRequest
 	Result *schemas.EpisodeResult
@@ -65,9 +73,8 @@ func (e *Engine) now() time.Time {
 // Start begins an episode.
 func (e *Engine) Start(ctx context.Context, req schemas.EpisodeRequest) (schemas.EpisodeState, Step, error) {
 	st := schemas.EpisodeState{
-		Request: req,
-		Messages: agent.BuildMessages(req.Task, agent.PromptOptions{SystemAsUser: e.SystemAsUser,
-			AllowAnswer: req.Options.EndOn != schemas.EndOnAccepted, Upstream: req.Options.Upstream()}),
+		Request:   req,
+		Messages:  agent.BuildMessages(req.Task, agent.EpisodePromptOptions(req.Options, e.SystemAsUser)),
 		StartedAt: e.now(),
 	}
 	return e.advance(ctx, st)
@@ -117,6 +124,18 @@ func (e *Engine) Continue(ctx context.Context, st schemas.EpisodeState, obs sche
 	return e.advance(ctx, st)
 }
 
+// Resume takes the next policy step of an episode that awaits an outside
+// reply (Step with neither Action nor Result, see ErrAwaitReply). A state
+// with a pending action or a result returns ErrStale unchanged.
+func (e *Engine) Resume(ctx context.Context, st schemas.EpisodeState) (schemas.EpisodeState, Step, error) {
+	if st.Result != nil || st.PendingAction != nil {
+		return st, Step{}, ErrStale
+	}
+	st.Turns = slices.Clip(st.Turns)
+	st.Messages = slices.Clip(st.Messages)
+	return e.advance(ctx, st)
+}
+
 // advance samples the policy until it yields an action for the sandbox or
 // the episode ends. Parse failures, answers and debug calls are handled
 // here without a sandbox round trip.
@@ -142,6 +161,9 @@ func (e *Engine) advance(ctx context.Context, st schemas.EpisodeState) (schemas.
 			return e.finish(st, schemas.EndInfraFailure, "", err.Error())
 		}
 		c, err := pol.Complete(ctx, req, st.Messages)
+		if errors.Is(err, ErrAwaitReply) {
+			return st, Step{}, nil
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return st, Step{}, fmt.Errorf("policy step %d: %w", len(st.Turns), ctx.Err())

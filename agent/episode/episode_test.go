@@ -521,3 +521,56 @@ func TestUpstreamOptionsValidate(t *testing.T) {
 		t.Errorf("old spec: %+v, %v", o, err)
 	}
 }
+
+// awaiting replies with its queued text once, then ErrAwaitReply: a policy
+// outside medgym (the environment server's client).
+type awaiting struct{ next *string }
+
+func (a *awaiting) Complete(context.Context, schemas.EpisodeRequest, []schemas.ChatMessage) (episode.Completion, error) {
+	if a.next == nil {
+		return episode.Completion{}, episode.ErrAwaitReply
+	}
+	c := episode.Completion{Text: *a.next}
+	a.next = nil
+	return c, nil
+}
+
+// TestAwaitReplyAndResume: with a policy outside, Start and Continue stop
+// where the reply is needed (a Step with neither action nor result) and
+// Resume takes it; the episode is the one a policy inside would play.
+func TestAwaitReplyAndResume(t *testing.T) {
+	pol := &awaiting{}
+	e := engine(pol)
+	ctx := t.Context()
+	st, step, err := e.Start(ctx, request(nil))
+	if err != nil || step.Action != nil || step.Result != nil || len(st.Messages) != 2 || len(st.Turns) != 0 {
+		t.Fatalf("start: %+v %v, %d messages", step, err, len(st.Messages))
+	}
+	reply := func(s string) {
+		pol.next = &s
+		st, step, err = e.Resume(ctx, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	reply("not an action")
+	if step.Action != nil || step.Result != nil || len(st.Turns) != 1 || st.Turns[0].ParseError == "" {
+		t.Fatalf("after a parse error: %+v, %d turns", step, len(st.Turns))
+	}
+	reply(code("print(3)"))
+	if step.Action == nil || st.PendingAction == nil {
+		t.Fatalf("after a code reply: %+v", step)
+	}
+	if _, _, err := e.Resume(ctx, st); !errors.Is(err, episode.ErrStale) {
+		t.Fatalf("resume with an action out: %v, want ErrStale", err)
+	}
+	obs := schemas.Observation{Ref: step.Action.Ref, Action: "validate_code", Result: schemas.ExecResult{Status: "ok", Stdout: "3\n", Message: "3\n"}}
+	st, step, err = e.Continue(ctx, st, obs)
+	if err != nil || step.Action != nil || step.Result != nil || len(st.Turns) != 2 || st.Turns[1].Observation != "3\n" {
+		t.Fatalf("continue: %+v %v", step, err)
+	}
+	reply(answer("3"))
+	if step.Result == nil || step.Result.Termination != schemas.EndAnswered || step.Result.FinalAnswer != "3" || len(step.Result.Turns) != 3 {
+		t.Fatalf("answer: %+v", step.Result)
+	}
+}

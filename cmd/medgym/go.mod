@@ -3,10 +3,13 @@ module github.com/medgym/medgym/cmd/medgym
 go 1.26.8
 
 require (
+	github.com/apache/arrow-go/v18 v18.8.0
+	github.com/medgym/medgym/agent v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/bus v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/schemas v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/schemas/parquet v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/services/dispatcher v0.0.0-00010101000000-000000000000
+	github.com/medgym/medgym/services/env v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/services/llm-worker v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/services/sandbox-worker v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/services/verifier v0.0.0-00010101000000-000000000000
@@ -21,7 +24,6 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1 // indirect
 	github.com/andybalholm/brotli v1.2.3 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
-	github.com/apache/arrow-go/v18 v18.8.0 // indirect
 	github.com/apache/thrift v0.24.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
@@ -53,7 +55,6 @@ require (
 	github.com/klauspost/crc32 v1.3.0 // indirect
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
-	github.com/medgym/medgym/agent v0.0.0-00010101000000-000000000000 // indirect
 	github.com/minio/crc64nvme v1.1.1 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/minio/md5-simd v1.1.2 // indirect
@@ -92,7 +93,7 @@ require (
 	go.opentelemetry.io/otel/trace v1.44.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/exp v0.0.0-20260112195511-716be5621a96 // indirect
-	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
@@ -113,6 +114,7 @@ replace (
 	github.com/medgym/medgym/schemas => ../../schemas
 	github.com/medgym/medgym/schemas/parquet => ../../schemas/parquet
 	github.com/medgym/medgym/services/dispatcher => ../../services/dispatcher
+	github.com/medgym/medgym/services/env => ../../services/env
 	github.com/medgym/medgym/services/llm-worker => ../../services/llm-worker
 	github.com/medgym/medgym/services/sandbox-worker => ../../services/sandbox-worker
 	github.com/medgym/medgym/services/verifier => ../../services/verifier

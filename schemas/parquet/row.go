@@ -10,7 +10,7 @@ import (
 // SchemaVersion is the version of the trajectory schema. Bump it on any
 // change to the columns, together with testdata/schema.golden and the table
 // in schemas/README.md.
-const SchemaVersion = "5"
+const SchemaVersion = "6"
 
 // Row is one episode: the Go form of one row of a trajectory file.
 type Row struct {

@@ -17,6 +17,7 @@ const Usage = `medgym: an environment for LLM agents doing biomedical data scien
 Usage:
   medgym run      [flags]   run episodes (embedded JetStream and services unless --nats)
   medgym serve    [flags]   run every service in one process against --nats
+  medgym env      serve|views [flags]   the environment API (HTTP sessions for RL frameworks; embedded defaults unless --nats)
   medgym cancel   [--drop] [--nats URL] RUN   stop a run: publish nothing more, let episodes in flight finish (or drop them)
   medgym tasks    stats|show|verify|list [flags]
   medgym sandbox  exec [flags] < code.py
@@ -24,6 +25,7 @@ Usage:
   medgym query    --store DIR "SQL"
   medgym replay   --store DIR --run ID [flags]   re-execute a run's actions, re-score it, report changes
   medgym report   --store DIR --run ID [--out DIR]   Markdown + SVG report of a run
+  medgym export   --out DIR [--dataset D] [--split S]   task datasets for RL frameworks: verl RL parquet, TRL/SkyRL prompts
   medgym fake-llm [flags]   a fake OpenAI-compatible server (a test tool)
 
 Run "medgym COMMAND -h" for a command's flags.
@@ -42,6 +44,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdRun(ctx, rest, stdout, stderr)
 	case "serve":
 		return cmdServe(ctx, rest, stderr)
+	case "env":
+		return cmdEnv(ctx, rest, stdout, stderr)
 	case "cancel":
 		return cmdCancel(ctx, rest, stdout, stderr)
 	case "tasks":
@@ -54,6 +58,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdReplay(ctx, rest, stdout, stderr)
 	case "report":
 		return cmdReport(ctx, rest, stdout, stderr)
+	case "export":
+		return cmdExport(ctx, rest, stdout, stderr)
 	case "fake-llm":
 		return cmdFakeLLM(ctx, rest, stdout, stderr)
 	case "-h", "--help", "help":

@@ -41,7 +41,7 @@ type Filter struct {
 // status, never from the code's output). A zero reward on such an episode
 // would push down whatever the policy did, so training leaves them out.
 func Infra(outcome string) bool {
-	return outcome == string(schemas.OutcomeInfraFailure) || outcome == string(schemas.OutcomeSandboxError)
+	return schemas.Outcome(outcome).Excluded() || outcome == string(schemas.OutcomeSandboxError)
 }
 
 func (f Filter) keep(r *parquet.Row) bool {

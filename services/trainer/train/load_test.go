@@ -15,11 +15,12 @@ func (m memSource) ReadRun(_ context.Context, id string) ([]parquet.Row, error) 
 	return m[id], nil
 }
 
-// TestLoadLeavesOutInfraAndSandboxFailures: infra_failure and sandbox_error
-// rows are dropped and counted unless IncludeInfra; policy failures stay.
+// TestLoadLeavesOutInfraAndSandboxFailures: infra_failure, sandbox_error
+// and abandoned (a client of the environment API went away) rows are
+// dropped and counted unless IncludeInfra; policy failures stay.
 func TestLoadLeavesOutInfraAndSandboxFailures(t *testing.T) {
 	var rows []parquet.Row
-	for i, o := range []string{"correct", "incorrect", "sandbox_error", "infra_failure", "timeout"} {
+	for i, o := range []string{"correct", "incorrect", "sandbox_error", "infra_failure", "timeout", "abandoned"} {
 		rows = append(rows, parquet.Row{EpisodeID: string(rune('a' + i)), Outcome: o})
 	}
 	src := memSource{"r1": rows}
@@ -27,8 +28,8 @@ func TestLoadLeavesOutInfraAndSandboxFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(kept) != 3 || st.InfraExcluded != 2 || st.RowsRead != 5 {
-		t.Fatalf("kept %d rows, %d excluded of %d read; want 3, 2, 5", len(kept), st.InfraExcluded, st.RowsRead)
+	if len(kept) != 3 || st.InfraExcluded != 3 || st.RowsRead != 6 {
+		t.Fatalf("kept %d rows, %d excluded of %d read; want 3, 3, 6", len(kept), st.InfraExcluded, st.RowsRead)
 	}
 	for _, r := range kept {
 		if train.Infra(r.Outcome) {
@@ -36,7 +37,7 @@ func TestLoadLeavesOutInfraAndSandboxFailures(t *testing.T) {
 		}
 	}
 	all, _, st, err := train.Load(context.Background(), src, train.Filter{IncludeInfra: true})
-	if err != nil || len(all) != 5 || st.InfraExcluded != 0 {
+	if err != nil || len(all) != 6 || st.InfraExcluded != 0 {
 		t.Fatalf("IncludeInfra kept %d, excluded %d, err %v", len(all), st.InfraExcluded, err)
 	}
 }

@@ -34,6 +34,9 @@ type Options struct {
 // verdict. It re-checks the final answer (or the accepted execution) itself
 // and never trusts the worker's Accepted flag. See doc.go for the table.
 func Score(opt Options, truth tasks.Truth, res schemas.EpisodeResult) (outcome schemas.Outcome, reward float64, verdict string) {
+	if res.Termination == schemas.EndAbandoned {
+		return schemas.OutcomeAbandoned, 0, "abandoned: the environment API's client went away or closed the session before the episode ended"
+	}
 	var acc *float64
 	if truth.Type == schemas.AnswerPredictions {
 		outcome, verdict, acc = classifyPredictions(opt.Mode, truth, res)
@@ -93,8 +96,9 @@ func abstentionOutcome(mode Mode, truth tasks.Truth, res schemas.EpisodeResult, 
 }
 
 // Excluded reports whether an outcome is left out of success rates and RL
-// rewards by default: infra_failure, which is never the model's fault.
-func Excluded(o schemas.Outcome) bool { return o == schemas.OutcomeInfraFailure }
+// rewards by default: infra_failure, which is never the model's fault, and
+// abandoned (schemas.Outcome.Excluded).
+func Excluded(o schemas.Outcome) bool { return o.Excluded() }
 
 func classify(mode Mode, truth tasks.Truth, res schemas.EpisodeResult) (schemas.Outcome, string) {
 	if mode != "" && mode != Strict && mode != Upstream {

@@ -107,7 +107,7 @@ func TestScoreCoversTerminations(t *testing.T) {
 	t.Parallel()
 	for _, term := range []schemas.Termination{
 		schemas.EndAccepted, schemas.EndAnswered, schemas.EndTurnLimit, schemas.EndLoop, schemas.EndFormatError,
-		schemas.EndTimeout, schemas.EndInfraFailure, schemas.EndSandboxError,
+		schemas.EndTimeout, schemas.EndInfraFailure, schemas.EndSandboxError, schemas.EndAbandoned,
 	} {
 		o, _, v := Score(Options{}, medcalcTruth, episode(term, ""))
 		if !o.Valid() || strings.Contains(v, "unknown termination") {
@@ -116,10 +116,22 @@ func TestScoreCoversTerminations(t *testing.T) {
 	}
 }
 
+// TestAbandoned: an abandoned episode (the environment API's client went
+// away) is scored abandoned with reward 0, whatever its last answer.
+func TestAbandoned(t *testing.T) {
+	t.Parallel()
+	res := episode(schemas.EndAbandoned, "")
+	res.FinalAnswer = "25.2"
+	o, r, v := Score(Options{FormatReward: 0.5}, medcalcTruth, res)
+	if o != schemas.OutcomeAbandoned || r != 0 || !strings.Contains(v, "abandoned") {
+		t.Fatalf("abandoned episode scored %s, %g (%s)", o, r, v)
+	}
+}
+
 func TestExcluded(t *testing.T) {
 	t.Parallel()
 	for _, o := range schemas.Outcomes {
-		if got, want := Excluded(o), o == schemas.OutcomeInfraFailure; got != want {
+		if got, want := Excluded(o), o == schemas.OutcomeInfraFailure || o == schemas.OutcomeAbandoned; got != want {
 			t.Errorf("Excluded(%s) = %t, want %t", o, got, want)
 		}
 	}

@@ -55,7 +55,7 @@ func Leaderboard(rows []parquet.Row, ood []string) Board {
 	by := map[string]*acc{}
 	datasets := map[string]bool{}
 	for _, r := range rows {
-		if r.Outcome == string(schemas.OutcomeInfraFailure) {
+		if schemas.Outcome(r.Outcome).Excluded() {
 			continue
 		}
 		m := cmp.Or(r.Model, r.Policy)

@@ -176,7 +176,7 @@ func Build(runID string, rows []parquet.Row, opt Options) Report {
 	}
 	for _, row := range rows {
 		outcomes[row.Outcome]++
-		infra := row.Outcome == string(schemas.OutcomeInfraFailure)
+		infra := schemas.Outcome(row.Outcome).Excluded()
 		correct := schemas.Outcome(row.Outcome).Solved()
 		if sc, ok := schemas.Outcome(row.Outcome).Reliability(); ok {
 			rel := relOf(row.Dataset)

@@ -121,7 +121,8 @@ func TestLeaderboard(t *testing.T) {
 	add("r2", "qwen-7b", "npowerai", 0, 2)
 	add("r3", "gpt", "medcalcbench", 3, 4)
 	add("r3", "gpt", "npowerai", 1, 2)
-	rows = append(rows, parquet.Row{RunID: "r3", Model: "gpt", Dataset: "mimic_iii", Outcome: "infra_failure"})
+	rows = append(rows, parquet.Row{RunID: "r3", Model: "gpt", Dataset: "mimic_iii", Outcome: "infra_failure"},
+		parquet.Row{RunID: "r3", Model: "gpt", Dataset: "mimic_iii", Outcome: "abandoned"})
 	b := Leaderboard(rows, DefaultOOD)
 	if !slices.Equal(b.Datasets, []string{"medcalcbench", "mimic_iii", "npowerai"}) || len(b.Rows) != 2 {
 		t.Fatalf("board %+v", b)
@@ -131,7 +132,7 @@ func TestLeaderboard(t *testing.T) {
 		t.Fatalf("gpt %+v", gpt)
 	}
 	if _, ok := gpt.Rate["mimic_iii"]; ok {
-		t.Fatal("an infra failure counted as a scored episode")
+		t.Fatal("an infra failure or an abandoned episode counted as a scored episode")
 	}
 	if qwen.AvgID != 0.375 || qwen.AvgOOD != 0 || len(qwen.Runs) != 2 {
 		t.Fatalf("qwen %+v", qwen)

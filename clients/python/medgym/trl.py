@@ -1,0 +1,219 @@
+"""TRL adapter: medgym as the environment of ``trl.GRPOTrainer(environment_factory=...)`` (trl 1.16).
+
+    from trl import GRPOConfig, GRPOTrainer
+    from medgym.trl import MedGymToolEnv, prompt_dataset
+
+    client = medgym.Client(URL)
+    trainer = GRPOTrainer(
+        model=model, processing_class=tokenizer, args=GRPOConfig(...),
+        train_dataset=prompt_dataset(client, [t["id"] for t in client.tasks(dataset="treqs", split="train", limit=64)],
+                                     dataset="treqs", split="train"),
+        environment_factory=MedGymToolEnv.factory(URL),
+    )
+
+How TRL drives it (trl/trainer/grpo_trainer.py, 1.16.0): the trainer makes one environment per rollout from the
+factory (instances are pooled and reused), calls ``reset(**row)`` with the dataset row before generating, exposes
+the environment's public methods (all but ``reset`` and ``get_reward``) as tools in the prompt, parses the model's
+tool calls itself (the chat template's response parser), calls the matching method and feeds its return value back
+as the tool message, until the model answers without a tool call; then it calls ``get_reward()`` once per rollout
+and logs it under the environment class's name (``rewards/MedGymToolEnv/mean``).
+
+Mapping of medgym's actions: **one tool per action** (``validate_code``, ``debug``, ``terminal``,
+``request_info``, ``answer``), each method sending the call to the server as an OpenAI ``tool_calls`` entry, which
+the server maps one-to-one onto medgym's action and parses with medgym's own parser. Why not one raw
+``act(content)`` tool: TRL already parses tool calls into typed arguments, so a raw tool would make the model write
+medgym's JSON action inside a JSON string argument (code escaped twice, the commonest way small models break JSON),
+and its schema would tell the model nothing about the actions; per-action tools carry the same schemas as the
+server's ``tools`` (a test compares them), and a reply's text is never re-parsed on the client. The server stays the
+only parser and the only judge: a malformed call comes back as medgym's observation, not a client error.
+
+Every rollout is one server session: ``reset`` opens it (ending the previous one of this instance, if the trainer
+left it open), ``get_reward`` ends it if the model stopped before the episode was done (the session is then scored
+and stored), so each rollout is one stored row and the reward TRL logs is the verifier's.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+from .client import Client, Session
+
+ACTIONS = ("validate_code", "debug", "terminal", "request_info", "answer")
+
+
+class MedGymToolEnv:
+    """One medgym episode per rollout, for ``GRPOTrainer(environment_factory=MedGymToolEnv.factory(url))``.
+
+    The dataset rows must carry ``task_id`` (and ``prompt``: the task's messages, see :func:`prompt_dataset`); a row
+    may carry ``options`` (a dict of session options) too.
+    """
+
+    def __init__(self, client: Client, options: dict[str, Any] | None = None) -> None:
+        self._client = client
+        self._options = dict(options or {})
+        self._session: Session | None = None
+        self._ended: dict[str, Any] | None = None
+
+    @classmethod
+    def factory(
+        cls, base_url: str, *, token: str | None = None, options: dict[str, Any] | None = None
+    ) -> Callable[[], "MedGymToolEnv"]:
+        """A zero-argument factory (what ``environment_factory`` takes); the environments share one Client."""
+        client = Client(base_url, token=token)
+        return lambda: cls(client, options)
+
+    # TRL's hooks ----------------------------------------------------------------------------------------------
+
+    def reset(self, **row: Any) -> str | None:
+        """Open a session for the row's task. The prompt the model sees is the row's ``prompt``: when the row has one,
+        it must be the session's (medgym's messages for the task), or this raises; nothing is appended to it."""
+        self._finish()
+        task_id = row.get("task_id")
+        if not task_id:
+            raise ValueError(f"MedGymToolEnv: a dataset row needs a task_id (got columns {sorted(row)})")
+        opts = dict(self._options)
+        opts.update(row.get("options") or {})
+        self._session = self._client.session(task_id, dataset=row.get("dataset"), split=row.get("split"), **opts)
+        self._ended = None
+        prompt = row.get("prompt")
+        if isinstance(prompt, list) and _plain(prompt) != _plain(self._session.messages):
+            raise ValueError(
+                f"MedGymToolEnv: the dataset's prompt of {task_id} is not the server's (medgym's prompt for the task "
+                "under these options): build the dataset with prompt_dataset() or medgym's prompt-only export"
+            )
+        return None
+
+    def get_reward(self) -> float:
+        """The episode's reward (the verifier's score); ends the session first if the model stopped early."""
+        return float(self._finish())
+
+    # medgym's actions as tools (their docstrings are the tools' schemas: keep the Google style) -----------------
+
+    def validate_code(self, code: str) -> str:
+        """Run Python code in the task's sandbox and check its output.
+
+        Args:
+            code: The Python code to run; what it prints is the answer that is checked.
+
+        Returns:
+            The execution's output, or the checker's verdict.
+        """
+        return self._act("validate_code", {"code": code})
+
+    def debug(self, code: str, error_msg: str) -> str:
+        """Ask for help with code that failed.
+
+        Args:
+            code: The code that failed.
+            error_msg: The error message it produced.
+
+        Returns:
+            Advice on the error.
+        """
+        return self._act("debug", {"code": code, "error_msg": error_msg})
+
+    def terminal(self, cmd: str) -> str:
+        """Run a shell command in the task's sandbox.
+
+        Args:
+            cmd: The command line to run.
+
+        Returns:
+            The command's output.
+        """
+        return self._act("terminal", {"cmd": cmd})
+
+    def request_info(self, data_path: str, info_type: str, keyterm: str) -> str:
+        """Look up information about the task's data.
+
+        Args:
+            data_path: The path of the data file or database.
+            info_type: What to look up, e.g. column_names or column_values.
+            keyterm: The term to look for.
+
+        Returns:
+            The information found.
+        """
+        return self._act("request_info", {"data_path": data_path, "info_type": info_type, "keyterm": keyterm})
+
+    def answer(self, answer: str) -> str:
+        """Give the final answer to the task.
+
+        Args:
+            answer: The answer.
+
+        Returns:
+            The verdict.
+        """
+        return self._act("answer", {"answer": answer})
+
+    # Internals --------------------------------------------------------------------------------------------------
+
+    def _act(self, name: str, arguments: dict[str, Any]) -> str:
+        s = self._session
+        if s is None:
+            raise RuntimeError("MedGymToolEnv: a tool was called before reset()")
+        if s.done or self._ended is not None:
+            return "The episode is over: reply without calling a tool."
+        call = {
+            "id": f"call_{s.turn}",
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments)},
+        }
+        r = s.step(tool_calls=[call])
+        return r.observation
+
+    def _finish(self) -> float:
+        """End the current session (if open and not done) and return its reward; 0 when there was none."""
+        s = self._session
+        if s is None:
+            return 0.0
+        if self._ended is None:
+            # DELETE scores and stores an unfinished episode; after done it answers the stored result.
+            self._ended = s.close()
+        return float(self._ended["reward"])
+
+
+def _plain(messages: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
+    return [(m.get("role"), m.get("content")) for m in messages]
+
+
+def prompt_dataset(
+    client: Client,
+    task_ids: list[str],
+    *,
+    dataset: str | None = None,
+    split: str | None = None,
+    options: dict[str, Any] | None = None,
+    run_id: str = "prompts",
+) -> Any:
+    """A ``datasets.Dataset`` for GRPOTrainer: one row per task with ``prompt`` (the task's messages exactly as the
+    server builds them under ``options``), ``task_id``, ``dataset`` and ``split``.
+
+    The server's task listing carries no messages, so each prompt is read from a session opened for it under
+    ``run_id`` and closed at once (stored as an abandoned episode, which success rates and training exports leave
+    out). For large datasets use medgym's prompt-only export instead (same prompts, no sessions).
+    """
+    import datasets
+
+    rows = []
+    for tid in task_ids:
+        s = client.session(tid, dataset=dataset, split=split, run_id=run_id, **(options or {}))
+        try:
+            rows.append(
+                {
+                    "prompt": [{"role": m["role"], "content": m["content"]} for m in s.messages],
+                    "task_id": tid,
+                    "dataset": s.task.get("dataset", dataset),
+                    "split": s.task.get("split", split),
+                }
+            )
+        finally:
+            s.close()
+    if not rows:
+        raise ValueError("prompt_dataset: no task ids given")
+    return datasets.Dataset.from_list(rows)
+
+
+__all__ = ["ACTIONS", "MedGymToolEnv", "prompt_dataset"]

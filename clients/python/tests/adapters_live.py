@@ -1,0 +1,135 @@
+"""Live parts the framework adapters' tests play against (imported by the test_adapter_*.py files):
+
+- ``medgym_server``: $MEDGYM_URL (with its store $MEDGYM_STORE) when the make stage started a server, else a
+  ``bin/medgym env serve`` started by the client suite's conftest (``start_server``) offering DATASET;
+- ``fake_model``: ``bin/medgym fake-llm --policy reference --p-correct 1``, an OpenAI-compatible test model that replies
+  with each task's reference solution (the model side: the adapters and the frameworks are the real ones);
+- helpers: the model's reply to a conversation, the trajectory rows a run stored, the export of a few tasks.
+
+``MEDGYM_REQUIRE=<framework>`` (the make stage sets it for the venv it runs in) turns a missing framework into a failure
+instead of a skip, so a stage whose venv lost its framework cannot pass by skipping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import ROOT, free_port, medgym_bin, read_rows, start_server
+
+DATASET = "medcalcbench"
+SPLIT = "test"
+
+
+def framework(name: str, module: str):
+    """Import a framework's module, skipping the test file when it is not installed (failing under MEDGYM_REQUIRE)."""
+    required = name in os.environ.get("MEDGYM_REQUIRE", "").split(",")
+    try:
+        return __import__(module, fromlist=["_"])
+    except ImportError as e:
+        if required:
+            raise
+        pytest.skip(f"{name} is not installed in this venv ({e}); make test-adapters runs it in its own venv", allow_module_level=True)
+
+
+def _wait(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[:3]} exited {proc.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} did not come up in {timeout}s:\n{log.read_text()[-4000:]}")
+
+
+@pytest.fixture(scope="session")
+def medgym_server(tmp_path_factory):
+    """(url, store dir) of a live `medgym env serve`: $MEDGYM_URL (store $MEDGYM_STORE) when given, else one started
+    here by the client suite's conftest (offering DATASET)."""
+    if os.environ.get("MEDGYM_URL"):
+        yield os.environ["MEDGYM_URL"].rstrip("/"), os.environ.get("MEDGYM_STORE")
+        return
+    srv = start_server(tmp_path_factory.mktemp("adapters-env-serve"), "--dataset", DATASET)
+    try:
+        yield srv.url, str(srv.store)
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="session")
+def fake_model():
+    """Base URL (…/v1) of the reference-policy test model."""
+    tmp = Path(tempfile.mkdtemp(prefix="medgym-fake-llm-"))
+    port = free_port()
+    log = tmp / "fake.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(medgym_bin()), "fake-llm", "--addr", f"127.0.0.1:{port}", "--policy", "reference", "--p-correct", "1",
+             "--dataset", DATASET],
+            stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        _wait(url + "/models", proc, log)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def model_reply(model_url: str, messages: list[dict]) -> str:
+    """The test model's reply to a conversation (what a framework's generation step would produce)."""
+    r = httpx.post(model_url + "/chat/completions", json={"model": "medgym-fake", "messages": messages}, timeout=60)
+    r.raise_for_status()
+    return r.json()["choices"][0]["message"]["content"]
+
+
+def stored_rows(store: str | None, run_id: str) -> list[dict]:
+    """The trajectory rows run_id stored."""
+    if not store:
+        pytest.fail("the server's store is unknown: set MEDGYM_STORE with MEDGYM_URL")
+    return read_rows(Path(store), run_id)
+
+
+def wait_rows(store: str | None, run_id: str, n: int, timeout: float = 60) -> list[dict]:
+    """The rows of run_id once there are at least n (the verifier writes a row before it answers done; a close may
+    still be in flight)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = stored_rows(store, run_id)
+        if len(rows) >= n or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.5)
+
+
+def export(tmp: Path, limit: int = 2) -> Path:
+    """`medgym export` of the first `limit` tasks of DATASET/SPLIT into tmp."""
+    subprocess.run([str(medgym_bin()), "export", "--dataset", DATASET, "--split", SPLIT, "--limit", str(limit),
+                    "--out", str(tmp)], check=True, cwd=ROOT, capture_output=True)
+    return tmp
+
+
+def first_task_ids(url: str, n: int = 2) -> list[str]:
+    r = httpx.get(url + "/v1/tasks", params={"dataset": DATASET, "split": SPLIT, "limit": n}, timeout=30)
+    r.raise_for_status()
+    return [t["id"] for t in r.json()["tasks"]]
+
+
+def no_gold(obj) -> None:
+    """Fail when a response the adapter returned holds the answer key's marker words (a cheap guard; the server's
+    canary tests are the real check)."""
+    text = json.dumps(obj, default=str)
+    assert not re.search(r'"(ground_truth_answer|gold_sql|reference_solution)"', text), text[:500]

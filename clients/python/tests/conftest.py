@@ -1,0 +1,173 @@
+"""Fixtures: a live ``medgym env serve`` (bin/medgym, embedded JetStream, the real sandbox and verifier) on a free
+loopback port with its own state and trajectory store, and reference episodes played by ``medgym run``.
+
+Environment: MEDGYM_BIN (default <repo>/bin/medgym, built by ``make build``), MEDGYM_LIBRARY (default
+<repo>/build/library, ``make library``). ``make test-env`` sets both and runs this suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+# The dataset and split the tests play: TREQS tasks are short SQL questions whose reference solution is one
+# validate_code action.
+DATASET, SPLIT = "treqs", "train"
+
+
+def medgym_bin() -> Path:
+    b = Path(os.environ.get("MEDGYM_BIN", ROOT / "bin" / "medgym"))
+    if not b.is_file():
+        pytest.fail(f"{b} is missing: run `make build` (or set MEDGYM_BIN)")
+    return b
+
+
+def library() -> Path:
+    lib = Path(os.environ.get("MEDGYM_LIBRARY", ROOT / "build" / "library"))
+    if not (lib / "agent").is_dir():
+        pytest.fail(f"no task library at {lib}: run `make library` (or set MEDGYM_LIBRARY)")
+    return lib
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    """A running ``medgym env serve``."""
+
+    url: str
+    store: Path
+    state: Path
+    log: Path
+    args: list[str]
+    proc: subprocess.Popen | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    def start(self, timeout: float = 180.0) -> "Server":
+        logf = open(self.log, "ab")
+        self.proc = subprocess.Popen(self.args, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT, env=self.env)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"medgym env serve exited with {self.proc.returncode}:\n{self.log.read_text()[-4000:]}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise RuntimeError(f"medgym env serve did not answer /healthz in {timeout}s:\n{self.log.read_text()[-4000:]}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def rows(self, run_id: str) -> list[dict[str, Any]]:
+        """The stored trajectory rows of run_id (pyarrow over the store's Parquet)."""
+        return read_rows(self.store, run_id)
+
+
+def read_rows(store: Path, run_id: str) -> list[dict[str, Any]]:
+    import pyarrow.dataset as pds
+
+    d = store / "trajectories" / f"run={run_id}"
+    if not d.is_dir():
+        return []
+    files = sorted(str(p) for p in d.rglob("*.parquet"))
+    if not files:
+        return []
+    return pds.dataset(files, format="parquet").to_table().to_pylist()
+
+
+def start_server(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Server:
+    port = free_port()
+    tmp.mkdir(parents=True, exist_ok=True)
+    args = [
+        str(medgym_bin()), "env", "serve",
+        "--addr", f"127.0.0.1:{port}",
+        "--store", str(tmp / "store"),
+        "--state", str(tmp / "state"),
+        "--library", str(library()),
+        "--dataset", DATASET,
+        *extra,
+    ]  # fmt: skip
+    e = dict(os.environ)
+    e.update(env or {})
+    return Server(f"http://127.0.0.1:{port}", tmp / "store", tmp / "state", tmp / "server.log", args, env=e).start()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    """One server for the whole suite (tests use their own run ids, so their rows never mix)."""
+    s = start_server(tmp_path_factory.mktemp("env-serve"))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """Two TREQS train tasks played by ``medgym run --policy reference``: their stored rows (prompt, reply)."""
+    tmp = tmp_path_factory.mktemp("reference")
+    args = [
+        str(medgym_bin()), "run",
+        "--dataset", DATASET, "--split", SPLIT, "--limit", "2",
+        "--policy", "reference",
+        "--store", str(tmp / "store"), "--state", str(tmp / "state"),
+        "--library", str(library()),
+        "--run-id", "reference",
+    ]  # fmt: skip
+    out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, f"medgym run failed:\n{out.stdout}\n{out.stderr}"
+    rows = read_rows(tmp / "store", "reference")
+    assert len(rows) == 2, f"medgym run stored {len(rows)} rows, want 2"
+    assert all(r["outcome"] == "correct" for r in rows), [r["outcome"] for r in rows]
+    return sorted(rows, key=lambda r: r["task_id"])
+
+
+def reference_action(row: dict[str, Any]) -> dict[str, Any]:
+    """The reference policy's first reply of a stored row, decoded: {"action": ..., "params": {...}}."""
+    reply = next(m["content"] for m in row["messages"] if m["role"] == "assistant")
+    return json.loads(reply)
+
+
+def prompt_of(row: dict[str, Any]) -> list[dict[str, str]]:
+    """The prompt (system and first user message) of a stored row."""
+    msgs = [{"role": m["role"], "content": m["content"]} for m in row["messages"]]
+    first_assistant = next(i for i, m in enumerate(msgs) if m["role"] == "assistant")
+    return msgs[:first_assistant]
+
+
+def run_id(name: str) -> str:
+    """A run id unique to one test."""
+    return f"pytest-{name}-{os.getpid()}-{time.time_ns() % 10**9}"
+
+
+__all__ = ["DATASET", "SPLIT", "Server", "prompt_of", "read_rows", "reference_action", "run_id", "start_server"]
+

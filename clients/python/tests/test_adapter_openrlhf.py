@@ -1,0 +1,110 @@
+"""OpenRLHF: medgym/openrlhf.py loaded as OpenRLHF loads an agent file (--train.agent_func_path), its AgentExecutor
+(OpenRLHF's MultiTurnAgentExecutor) run over the rows of `medgym export`'s prompt-only dataset as OpenRLHF's
+PromptDataset renders them, the reference test model standing in for vLLM's generation."""
+
+import asyncio
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+
+import medgym
+from adapters_live import export, fake_model, medgym_server, model_reply, wait_rows, framework  # noqa: F401
+
+framework("openrlhf", "openrlhf.utils.agent")
+from openrlhf.datasets import PromptDataset  # noqa: E402
+from openrlhf.utils.agent import AgentExecutorBase, MultiTurnAgentExecutor  # noqa: E402
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def _tokenizer():
+    # A byte-level tokenizer built here (nothing downloaded): every text round-trips through its ids.
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    tok = Tokenizer(models.BPE({c: i for i, c in enumerate(sorted(alphabet))}, []))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    t = PreTrainedTokenizerFast(tokenizer_object=tok)
+    t.chat_template = CHATML
+    return t
+
+
+class ModelEngine:
+    """The generation side of OpenRLHF's rollout (vLLM there): decodes the token ids it is given, asks the reference
+    test model to continue that transcript, and answers as vLLM's RequestOutput does."""
+
+    def __init__(self, tokenizer, model_url):
+        self.tokenizer, self.model_url, self.calls = tokenizer, model_url, 0
+
+    async def generate(self, token_ids, sampling_params, multi_modal_data=None):
+        self.calls += 1
+        text = self.tokenizer.decode(token_ids)
+        reply = model_reply(self.model_url, [{"role": "user", "content": text}])
+        ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"]
+        out = SimpleNamespace(token_ids=ids, text=reply, finish_reason="stop", logprobs=None)
+        return SimpleNamespace(outputs=[out])
+
+
+def _load_agent_file():
+    # As openrlhf.trainer.ray.vllm_engine._load_agent_executor does (that module needs vLLM and Ray).
+    path = Path(medgym.__file__).with_name("openrlhf.py")
+    spec = importlib.util.spec_from_file_location("agent_module", str(path))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert issubclass(mod.AgentExecutor, AgentExecutorBase) and issubclass(mod.AgentExecutor, MultiTurnAgentExecutor)
+    return mod.AgentExecutor()
+
+
+def test_openrlhf_agent_plays_exported_rows(medgym_server, fake_model, tmp_path, monkeypatch):
+    url, store = medgym_server
+    monkeypatch.setenv("MEDGYM_URL", url)
+    monkeypatch.setenv("MEDGYM_OPTIONS", '{"max_turns": 5}')
+    import datasets
+
+    rows = datasets.Dataset.from_parquet(str(export(tmp_path) / "prompts" / "medcalcbench_test.parquet"))
+    tok = _tokenizer()
+    data_args = SimpleNamespace(input_key="prompt", label_key="task_id", apply_chat_template=True)
+    prompts = PromptDataset(rows, tok, SimpleNamespace(args=SimpleNamespace(data=data_args), is_rank_0=lambda: True))
+    assert len(prompts) == 2
+    executor = _load_agent_file()
+    engine = ModelEngine(tok, fake_model)
+    for i in range(len(prompts)):
+        _, prompt, label, _ = prompts[i]
+        assert label == rows[i]["task_id"] and prompt.startswith("<|im_start|>system\n")
+        params = SimpleNamespace(max_tokens=None, logprobs=None)
+        res = asyncio.run(executor.execute(prompt, label, params, 1 << 20, tok, engine))
+        assert res["reward"] == 1.0 and float(res["scores"]) == 1.0, res
+        assert res["extra_logs"]["accepted"] == 1.0
+        assert len(res["action_ranges"]) >= 1 and tok.decode(res["observation_tokens"]).startswith(prompt)
+    rows_by_task = {}
+    # Every episode was stored: the server named its run in the sessions; find them by task in the store.
+    import glob
+    import pyarrow.parquet as pq
+
+    for f in glob.glob(f"{store}/trajectories/**/*.parquet", recursive=True):
+        for r in pq.read_table(f, columns=["task_id", "reward", "outcome"]).to_pylist():
+            rows_by_task.setdefault(r["task_id"], []).append(r)
+    for r in rows:
+        assert any(x["outcome"] == "correct" and x["reward"] == 1.0 for x in rows_by_task.get(r["task_id"], [])), r["task_id"]
+
+
+def test_openrlhf_feedback_is_a_user_turn(medgym_server, monkeypatch):
+    # An unparseable reply: not done, no reward, the observation comes back inside the ChatML user turn.
+    url, _ = medgym_server
+    monkeypatch.setenv("MEDGYM_URL", url)
+    mod = _load_agent_file()
+    inst = mod.agent_instance_cls()
+
+    async def play():
+        await inst.reset({"observation": "p", "label": "medgym://medcalcbench/test/medcalcbench-3"})
+        out = await inst.step({"observation_text": "p", "action_text": "no action", "label": "", "sampling_params": None})
+        await inst.session.close()
+        return out
+
+    out = asyncio.run(play())
+    assert not out["done"] and float(out["rewards"]) == 0.0
+    fb = out["environment_feedback"]
+    assert fb.startswith("<|im_end|>\n<|im_start|>user\n") and fb.endswith("<|im_start|>assistant\n") and len(fb) > 60

@@ -1,0 +1,95 @@
+"""verl: medgym.verl.MedGymInteraction loaded by verl's own interaction registry from an interaction config, driven as
+verl's ToolAgentLoop drives it, over rows of `medgym export`'s verl dataset read by verl's RLHFDataset."""
+
+import asyncio
+
+import pyarrow.parquet as pq
+import pytest
+
+from adapters_live import export, fake_model, medgym_server, model_reply, no_gold, wait_rows, framework  # noqa: F401
+
+framework("verl", "verl.interactions.base")
+from verl.interactions.utils.interaction_registry import initialize_interactions_from_config  # noqa: E402
+from verl.utils.dataset.rl_dataset import RLHFDataset  # noqa: E402
+
+
+def _tokenizer():
+    # A local tokenizer with a chat template (nothing downloaded): RLHFDataset only tokenizes the prompts.
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "[PAD]": 1, "<eos>": 2}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    t = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", eos_token="<eos>")
+    t.chat_template = ("{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}"
+                       "{% if add_generation_prompt %}<assistant>{% endif %}")
+    return t
+
+
+def _dataset(tmp_path):
+    from omegaconf import OmegaConf
+
+    path = export(tmp_path) / "verl" / "medcalcbench_test.parquet"
+    table = pq.read_table(path).to_pylist()
+    assert {r["reward_model"]["style"] for r in table} == {"rule"}
+    assert all(r["reward_model"]["ground_truth"] == f"medgym://medcalcbench/test/{r['extra_info']['task_id']}" for r in table)
+    cfg = OmegaConf.create({"prompt_key": "prompt", "max_prompt_length": 1 << 20, "return_raw_chat": True,
+                            "filter_overlong_prompts": False, "cache_dir": str(tmp_path / "cache")})
+    return RLHFDataset(data_files=[str(path)], tokenizer=_tokenizer(), config=cfg)
+
+
+def test_verl_interaction_plays_exported_rows(medgym_server, fake_model, tmp_path):
+    asyncio.run(_plays_exported_rows(medgym_server, fake_model, tmp_path))
+
+
+async def _plays_exported_rows(medgym_server, fake_model, tmp_path):
+    url, store = medgym_server
+    ds = _dataset(tmp_path)
+    assert len(ds) == 2
+    cfg = tmp_path / "interaction.yaml"
+    cfg.write_text(f"interaction:\n  - name: medgym\n    class_name: medgym.verl.MedGymInteraction\n"
+                   f"    config: {{base_url: \"{url}\", options: {{max_turns: 5}}}}\n")
+    interaction = initialize_interactions_from_config(str(cfg))["medgym"]
+    for i in range(len(ds)):
+        item = ds[i]
+        kwargs = item["interaction_kwargs"]  # verl's loop: kwargs["extra_info"]["interaction_kwargs"]
+        assert kwargs["name"] == "medgym"
+        request_id = f"req-{i}"
+        await interaction.start_interaction(request_id, **kwargs)
+        sess = interaction.sessions[request_id]
+        messages = list(item["raw_prompt"])
+        assert messages == sess.messages, "the session's prompt differs from the exported one"
+        scores, done = [], False
+        while not done:
+            messages.append({"role": "assistant", "content": model_reply(fake_model, messages)})
+            done, text, score, meta = await interaction.generate_response(request_id, messages, **kwargs)
+            no_gold(meta)
+            scores.append(score)
+            messages.append({"role": "user", "content": text})
+        assert meta["outcome"] == "correct" and scores[-1] == 1.0
+        assert await interaction.calculate_score(request_id) == 1.0
+        run_id, episode_id = sess.created["run_id"], sess.created["episode_id"]
+        await interaction.finalize_interaction(request_id)
+        stored = [r for r in wait_rows(store, run_id, 1) if r["episode_id"] == episode_id]
+        assert len(stored) == 1 and stored[0]["task_id"] == kwargs["task_id"] and stored[0]["reward"] == 1.0
+
+
+def test_verl_finalize_stores_an_unfinished_episode(medgym_server):
+    asyncio.run(_finalize_stores_an_unfinished_episode(medgym_server))
+
+
+async def _finalize_stores_an_unfinished_episode(medgym_server):
+    url, store = medgym_server
+    from medgym.verl import MedGymInteraction
+
+    interaction = MedGymInteraction({"name": "medgym", "base_url": url})
+    rid = await interaction.start_interaction(None, name="medgym", task_id="medcalcbench-2")
+    done, text, score, _ = await interaction.generate_response(rid, [{"role": "assistant", "content": "no action here"}])
+    assert not done and score == 0 and text
+    sess = interaction.sessions[rid]
+    await interaction.finalize_interaction(rid)
+    assert sess.closed is not None and sess.closed["reward"] == 0
+    stored = [r for r in wait_rows(store, sess.created["run_id"], 1) if r["episode_id"] == sess.created["episode_id"]]
+    assert len(stored) == 1
+    with pytest.raises(ValueError, match="unknown interaction"):
+        await interaction.generate_response(rid, [{"role": "assistant", "content": "x"}])

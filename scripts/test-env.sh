@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# test-env.sh: the environment API's Python side (clients/python) against live `medgym env serve` processes.
+# The tests start their own servers (bin/medgym, on free loopback ports, with their own state and store; see
+# clients/python/tests/conftest.py), so this script only makes the venv and runs pytest: .venv-env is
+# requirements/env-base.txt over .venv (scripts/venv.sh, VENV_BASE), the medgym package is installed into it from
+# clients/python as a user would, then pytest clients/python/tests (the client, Gymnasium, TRL, schemathesis; the
+# other frameworks' adapter tests skip here: scripts/test-adapters.sh runs them in their own venvs).
+# Needs bin/medgym (make build) and build/library (make library). PYTEST_ARGS adds pytest arguments.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export MEDGYM_BIN=${MEDGYM_BIN:-$root/bin/medgym} MEDGYM_LIBRARY=${MEDGYM_LIBRARY:-$root/build/library}
+export TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
+[ -x "$MEDGYM_BIN" ] || { echo "test-env: $MEDGYM_BIN is missing (make build)" >&2; exit 1; }
+
+scripts/venv.sh
+VENV=$root/.venv-env VENV_BASE=$root/.venv VENV_LAYERS=requirements/env-base.txt scripts/venv.sh
+# As a user installs it (pip builds it in an isolated environment: setuptools from PyPI); --force-reinstall: this
+# checkout's sources.
+.venv-env/bin/pip install --quiet --no-deps --force-reinstall ./clients/python
+
+start=$(date +%s) rc=0
+.venv-env/bin/python -m pytest -p no:cacheprovider -q -rs ${PYTEST_ARGS:-} clients/python/tests || rc=$?
+echo "test-env: pytest clients/python/tests: exit $rc in $(( $(date +%s) - start ))s"
+exit $rc

@@ -1,0 +1,56 @@
+package env
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestConfigBindsLoopback: the default address is loopback; another one
+// is refused without a token and accepted with one; the token comes from
+// the environment or its file, never a flag.
+func TestConfigBindsLoopback(t *testing.T) {
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+	parse := func(args ...string) Config {
+		var c Config
+		fs := flag.NewFlagSet("env", flag.ContinueOnError)
+		c.RegisterFlags(fs, getenv)
+		if err := fs.Parse(append([]string{"--views", "v"}, args...)); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c := parse()
+	if c.Addr != DefaultAddr || !strings.HasPrefix(c.Addr, "127.0.0.1:") || c.Validate() != nil {
+		t.Fatalf("default: %q (%v)", c.Addr, c.Validate())
+	}
+	if err := parse("--addr", "0.0.0.0:8420").Validate(); err == nil || !strings.Contains(err.Error(), "token") {
+		t.Fatalf("0.0.0.0 without a token: %v", err)
+	}
+	f := filepath.Join(t.TempDir(), "tok")
+	if err := os.WriteFile(f, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env["MEDGYM_ENV_TOKEN_FILE"] = f
+	c = parse("--addr", "0.0.0.0:8420")
+	if c.Token != "s3cret" || c.Validate() != nil {
+		t.Fatalf("token file: %q (%v)", c.Token, c.Validate())
+	}
+	if strings.Contains(c.LogValue().String(), "s3cret") {
+		t.Fatal("the token is logged")
+	}
+	env["MEDGYM_ENV_TOKEN_FILE"] = filepath.Join(t.TempDir(), "missing")
+	if err := parse().Validate(); err == nil {
+		t.Fatal("an unreadable token file was accepted")
+	}
+	if fs := flag.NewFlagSet("x", flag.ContinueOnError); true {
+		var c Config
+		c.RegisterFlags(fs, getenv)
+		if fs.Lookup("token") != nil {
+			t.Fatal("the token is a flag")
+		}
+	}
+}

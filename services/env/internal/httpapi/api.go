@@ -1,0 +1,486 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/medgym/medgym/agent"
+	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/services/env/internal/session"
+)
+
+// OpenAPI is the API's OpenAPI 3.1 document.
+//
+//go:embed openapi.json
+var OpenAPI []byte
+
+// Sessions is what the API serves (session.Service).
+type Sessions interface {
+	Create(ctx context.Context, r session.CreateRequest) (session.Created, error)
+	Get(ctx context.Context, id string) (session.Session, error)
+	Step(ctx context.Context, id string, r session.StepRequest) (session.StepResult, error)
+	Close(ctx context.Context, id string) (session.Closed, error)
+	Live() int
+}
+
+// Options configure the handler.
+type Options struct {
+	// Token, when set, is the bearer token every /v1 request must carry.
+	Token string
+	// MaxBody bounds a request body (default 1 MiB).
+	MaxBody int64
+	// RetryAfter is the Retry-After (seconds) of a 429, 503 or 504.
+	RetryAfter int
+	Log        *slog.Logger
+}
+
+// DefaultMaxBody is the default request body limit.
+const DefaultMaxBody = 1 << 20
+
+type api struct {
+	s   Sessions
+	cat session.Catalog
+	opt Options
+}
+
+// Handler returns the API.
+func Handler(s Sessions, cat session.Catalog, opt Options) http.Handler {
+	if opt.MaxBody <= 0 {
+		opt.MaxBody = DefaultMaxBody
+	}
+	if opt.RetryAfter <= 0 {
+		opt.RetryAfter = 2
+	}
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	a := &api{s: s, cat: cat, opt: opt}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", a.methods(map[string]http.HandlerFunc{http.MethodGet: a.health}))
+	mux.HandleFunc("/openapi.json", a.methods(map[string]http.HandlerFunc{http.MethodGet: a.openapi}))
+	mux.HandleFunc("/v1/tasks", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodGet: a.tasks})))
+	mux.HandleFunc("/v1/sessions", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodPost: a.create})))
+	mux.HandleFunc("/v1/sessions/{id}", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodGet: a.get, http.MethodDelete: a.close})))
+	mux.HandleFunc("/v1/sessions/{id}/step", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodPost: a.step})))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/") && !a.authorized(r) {
+			a.unauthorized(w)
+			return
+		}
+		writeError(w, http.StatusNotFound, "not_found", "no such path: "+r.URL.Path)
+	})
+	return a.recoverer(mux)
+}
+
+func (a *api) recoverer(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				a.opt.Log.Error("panic in handler", "path", r.URL.Path, "panic", v)
+				writeError(w, http.StatusInternalServerError, "internal", "internal error")
+			}
+		}()
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (a *api) methods(m map[string]http.HandlerFunc) http.HandlerFunc {
+	allow := make([]string, 0, len(m))
+	for k := range m {
+		allow = append(allow, k)
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		if h, ok := m[r.Method]; ok {
+			h(w, r)
+			return
+		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+	}
+}
+
+func (a *api) authorized(r *http.Request) bool {
+	if a.opt.Token == "" {
+		return true
+	}
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(a.opt.Token)) == 1
+}
+
+func (a *api) unauthorized(w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="medgym"`)
+	writeError(w, http.StatusUnauthorized, "unauthorized", "this server requires a bearer token (Authorization: Bearer TOKEN)")
+}
+
+func (a *api) auth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !a.authorized(r) {
+			a.unauthorized(w)
+			return
+		}
+		h(w, r)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		status = http.StatusInternalServerError
+		buf.Reset()
+		buf.WriteString(`{"error":{"code":"internal","message":"encode response"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	var e errorBody
+	e.Error.Code, e.Error.Message = code, msg
+	writeJSON(w, status, e)
+}
+
+// fail maps a domain error to its status and code.
+func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+	retry := strconv.Itoa(a.opt.RetryAfter)
+	var te *session.TurnError
+	switch {
+	case errors.As(err, &te):
+		writeError(w, http.StatusConflict, "turn_out_of_order", err.Error())
+	case errors.Is(err, session.ErrUnknownSession):
+		writeError(w, http.StatusNotFound, "unknown_session", err.Error())
+	case errors.Is(err, session.ErrUnknownTask):
+		writeError(w, http.StatusNotFound, "unknown_task", err.Error())
+	case errors.Is(err, session.ErrUnknownDataset):
+		writeError(w, http.StatusNotFound, "unknown_dataset", err.Error())
+	case errors.Is(err, session.ErrAmbiguousTask):
+		writeError(w, http.StatusBadRequest, "ambiguous_task", err.Error())
+	case errors.Is(err, session.ErrInvalid):
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+	case errors.Is(err, session.ErrDone):
+		writeError(w, http.StatusConflict, "session_done", err.Error())
+	case errors.Is(err, session.ErrTooMany):
+		w.Header().Set("Retry-After", retry)
+		writeError(w, http.StatusTooManyRequests, "too_many_sessions", err.Error()+"; retry after "+retry+" s")
+	case errors.Is(err, session.ErrStepTimeout):
+		w.Header().Set("Retry-After", retry)
+		writeError(w, http.StatusGatewayTimeout, "step_timeout", err.Error())
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		// The client went away; nobody reads this.
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "request cancelled")
+	default:
+		a.opt.Log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		w.Header().Set("Retry-After", retry)
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "the server could not complete the request (bus or key-value store); retry: "+err.Error())
+	}
+}
+
+// decode reads a JSON body strictly into v; it writes the error itself.
+func (a *api) decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			writeError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", fmt.Sprintf("Content-Type %q: send application/json", ct))
+			return false
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.opt.MaxBody))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", fmt.Sprintf("the body is over the server's limit of %d bytes", a.opt.MaxBody))
+		return false
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "malformed_body", "read body: "+err.Error())
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeError(w, http.StatusBadRequest, "malformed_body", "the body is not the expected JSON object: "+err.Error())
+		return false
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "malformed_body", "the body holds more than one JSON value")
+		return false
+	}
+	return true
+}
+
+func (a *api) health(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "live_sessions": a.s.Live()})
+}
+
+func (a *api) openapi(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(OpenAPI)
+}
+
+// taskView is the API's task: schemas.TaskView less the harness (context
+// code the prompt never shows).
+type taskView struct {
+	ID               string   `json:"id"`
+	Dataset          string   `json:"dataset"`
+	Category         string   `json:"category,omitempty"`
+	Split            string   `json:"split"`
+	Instruction      string   `json:"instruction,omitempty"`
+	Question         string   `json:"question"`
+	Context          string   `json:"context,omitempty"`
+	AnswerType       string   `json:"answer_type"`
+	Resources        []string `json:"resources,omitempty"`
+	PermittedActions []string `json:"permitted_actions"`
+	OutputFiles      []string `json:"output_files,omitempty"`
+}
+
+func viewOf(t schemas.TaskView) taskView {
+	pa := t.PermittedActions
+	if pa == nil {
+		pa = []string{}
+	}
+	return taskView{ID: t.ID, Dataset: t.Dataset, Category: t.Category, Split: t.Split, Instruction: t.Instruction,
+		Question: t.Question, Context: t.Context, AnswerType: string(t.AnswerType), Resources: t.Resources,
+		PermittedActions: pa, OutputFiles: t.OutputFiles}
+}
+
+func intParam(r *http.Request, name string, def, lo, hi int) (int, error) {
+	s := r.URL.Query().Get(name)
+	if s == "" {
+		return def, nil
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < lo || v > hi {
+		return 0, fmt.Errorf("query parameter %s=%q: want an integer in %d..%d", name, s, lo, hi)
+	}
+	return v, nil
+}
+
+func (a *api) tasks(w http.ResponseWriter, r *http.Request) {
+	limit, err := intParam(r, "limit", 100, 1, 1000)
+	if err == nil {
+		var off int
+		if off, err = intParam(r, "offset", 0, 0, 1<<31-1); err == nil {
+			q := r.URL.Query()
+			ts, total, err := a.cat.List(q.Get("dataset"), q.Get("split"), limit, off)
+			if err != nil {
+				a.fail(w, r, err)
+				return
+			}
+			out := make([]taskView, len(ts))
+			for i, t := range ts {
+				out[i] = viewOf(t)
+			}
+			var next *int
+			if off+len(ts) < total {
+				n := off + len(ts)
+				next = &n
+			}
+			writeJSON(w, http.StatusOK, map[string]any{"tasks": out, "total": total, "offset": off, "next_offset": next})
+			return
+		}
+	}
+	writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+}
+
+type createBody struct {
+	TaskID  string           `json:"task_id"`
+	Dataset string           `json:"dataset"`
+	Split   string           `json:"split"`
+	Options *session.Options `json:"options"`
+}
+
+type sessionBody struct {
+	SessionID string                `json:"session_id"`
+	RunID     string                `json:"run_id"`
+	EpisodeID string                `json:"episode_id"`
+	Task      taskView              `json:"task"`
+	Messages  []schemas.ChatMessage `json:"messages"`
+	Tools     []agent.Tool          `json:"tools"`
+	Turn      int                   `json:"turn"`
+	MaxTurns  int                   `json:"max_turns"`
+}
+
+func (a *api) create(w http.ResponseWriter, r *http.Request) {
+	var b createBody
+	if !a.decode(w, r, &b) {
+		return
+	}
+	if strings.TrimSpace(b.TaskID) == "" {
+		writeError(w, http.StatusBadRequest, "bad_request", "task_id is required")
+		return
+	}
+	if len(b.TaskID) > 512 {
+		writeError(w, http.StatusBadRequest, "bad_request", "task_id is longer than 512 bytes")
+		return
+	}
+	var opts session.Options
+	if b.Options != nil {
+		opts = *b.Options
+	}
+	c, err := a.s.Create(r.Context(), session.CreateRequest{TaskID: b.TaskID, Dataset: b.Dataset, Split: b.Split, Options: opts})
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	req := c.Session.State.Request
+	tools := c.Tools
+	if tools == nil {
+		tools = []agent.Tool{}
+	}
+	writeJSON(w, http.StatusCreated, sessionBody{SessionID: c.Session.ID, RunID: req.RunID, EpisodeID: req.EpisodeID,
+		Task: viewOf(req.Task), Messages: c.Messages, Tools: tools, Turn: 0, MaxTurns: req.Options.MaxTurns})
+}
+
+type statusBody struct {
+	SessionID string                `json:"session_id"`
+	RunID     string                `json:"run_id"`
+	EpisodeID string                `json:"episode_id"`
+	TaskID    string                `json:"task_id"`
+	Turn      int                   `json:"turn"`
+	Done      bool                  `json:"done"`
+	Executing bool                  `json:"executing"`
+	Outcome   string                `json:"outcome,omitempty"`
+	Reward    *float64              `json:"reward,omitempty"`
+	Messages  []schemas.ChatMessage `json:"messages"`
+	Tags      map[string]string     `json:"tags,omitempty"`
+	Row       *session.Row          `json:"row,omitempty"`
+	CreatedAt string                `json:"created_at"`
+	LastSeen  string                `json:"last_seen"`
+}
+
+const timeFormat = "2006-01-02T15:04:05.000000Z07:00"
+
+func (a *api) get(w http.ResponseWriter, r *http.Request) {
+	s, err := a.s.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	req := s.State.Request
+	b := statusBody{SessionID: s.ID, RunID: req.RunID, EpisodeID: req.EpisodeID, TaskID: req.Task.ID, Turn: len(s.Steps),
+		Done: s.Score != nil, Executing: s.Executing(), Messages: s.State.Messages, Tags: s.Tags,
+		CreatedAt: s.CreatedAt.UTC().Format(timeFormat), LastSeen: s.LastSeen.UTC().Format(timeFormat)}
+	if b.Messages == nil {
+		b.Messages = []schemas.ChatMessage{}
+	}
+	if sc := s.Score; sc != nil {
+		b.Outcome, b.Reward = string(sc.Outcome), &sc.Reward
+		b.Row = &session.Row{RunID: sc.RunID, EpisodeID: sc.EpisodeID, Dataset: sc.Dataset, Store: sc.Store, VerifierVersion: sc.VerifierVersion}
+	}
+	writeJSON(w, http.StatusOK, b)
+}
+
+func (a *api) close(w http.ResponseWriter, r *http.Request) {
+	c, err := a.s.Close(r.Context(), r.PathValue("id"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"session_id": c.Session.ID, "done": true, "outcome": c.Outcome, "reward": c.Reward, "row": c.Row})
+}
+
+type toolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function *struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	} `json:"function"`
+}
+
+type stepBody struct {
+	Turn           *int       `json:"turn"`
+	Content        *string    `json:"content"`
+	ToolCalls      []toolCall `json:"tool_calls"`
+	Reasoning      string     `json:"reasoning"`
+	FinishReason   string     `json:"finish_reason"`
+	TokenIDs       []int32    `json:"token_ids"`
+	PromptTokenIDs []int32    `json:"prompt_token_ids"`
+	Logprobs       []float32  `json:"logprobs"`
+	Usage          *struct {
+		PromptTokens     int `json:"prompt_tokens"`
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+}
+
+// reply is the step's reply text: content as is, or the first tool call
+// re-serialised for the action parser.
+func (b stepBody) reply() (string, error) {
+	switch {
+	case b.Content != nil && len(b.ToolCalls) > 0:
+		return "", errors.New("give content or tool_calls, not both")
+	case b.Content != nil:
+		return *b.Content, nil
+	case len(b.ToolCalls) == 0:
+		return "", errors.New("content or tool_calls is required")
+	}
+	tc := b.ToolCalls[0]
+	if tc.Function == nil {
+		return "", errors.New("tool_calls[0]: function is required")
+	}
+	if tc.Type != "" && tc.Type != "function" {
+		return "", fmt.Errorf("tool_calls[0]: type %q (want function)", tc.Type)
+	}
+	args := tc.Function.Arguments
+	// OpenAI sends the arguments as a JSON text inside a string.
+	var s string
+	if err := json.Unmarshal(args, &s); err == nil {
+		args = json.RawMessage(s)
+	}
+	text, err := agent.ToolCallReply(tc.Function.Name, args)
+	if err != nil {
+		return "", fmt.Errorf("tool_calls[0]: %w", err)
+	}
+	return text, nil
+}
+
+func (a *api) step(w http.ResponseWriter, r *http.Request) {
+	var b stepBody
+	if !a.decode(w, r, &b) {
+		return
+	}
+	if b.Turn == nil || *b.Turn < 0 {
+		writeError(w, http.StatusBadRequest, "bad_request", "turn is required: the step's index, 0 for the first reply")
+		return
+	}
+	text, err := b.reply()
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	sr := session.StepRequest{Turn: *b.Turn, Content: text, Reasoning: b.Reasoning, FinishReason: b.FinishReason,
+		TokenIDs: b.TokenIDs, PromptTokenIDs: b.PromptTokenIDs, Logprobs: b.Logprobs}
+	if b.Usage != nil {
+		sr.PromptTokens, sr.CompletionTokens = max(b.Usage.PromptTokens, 0), max(b.Usage.CompletionTokens, 0)
+	}
+	res, err := a.s.Step(r.Context(), r.PathValue("id"), sr)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}

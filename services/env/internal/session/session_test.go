@@ -1,0 +1,177 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/medgym/medgym/schemas"
+)
+
+func create(t *testing.T, svc *Service, opts Options) Created {
+	t.Helper()
+	c, err := svc.Create(context.Background(), CreateRequest{TaskID: task.ID, Options: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func step(t *testing.T, svc *Service, id string, turn int, text string) StepResult {
+	t.Helper()
+	r, err := svc.Step(context.Background(), id, StepRequest{Turn: turn, Content: text, TokenIDs: []int32{int32(turn)}})
+	if err != nil {
+		t.Fatalf("step %d: %v", turn, err)
+	}
+	return r
+}
+
+// TestEpisodeThroughSteps: a parse error, a code run and an answer, each
+// one step; the run is registered for the workers, the final step carries
+// the verifier's reward, and the finished episode is the engine's.
+func TestEpisodeThroughSteps(t *testing.T) {
+	t.Parallel()
+	w, _ := newWorld(t, newMemStore(), Limits{})
+	c := create(t, w.svc, Options{})
+	if len(c.Messages) != 2 || c.Messages[0].Role != "system" || len(c.Tools) != 3 {
+		t.Fatalf("opening: %d messages, %d tools", len(c.Messages), len(c.Tools))
+	}
+	if len(w.runs) != 1 || w.runs[0].Admits(schemas.ClaimOf(c.Session.State.Request)) != nil {
+		t.Fatalf("run records %+v do not admit the episode", w.runs)
+	}
+	id := c.Session.ID
+	r0 := step(t, w.svc, id, 0, "no json here")
+	if r0.Done || r0.Info.ParseError == "" || r0.Observation == "" {
+		t.Fatalf("parse error step: %+v", r0)
+	}
+	r1 := step(t, w.svc, id, 1, code("print(41)"))
+	if r1.Done || r1.Observation != "41\n" || r1.Info.Action != "validate_code" || r1.Info.Verdict != "" {
+		t.Fatalf("code step: %+v", r1)
+	}
+	r2 := step(t, w.svc, id, 2, answerReply("42"))
+	if !r2.Done || r2.Reward != 1 || r2.Info.Outcome != "correct" || r2.Info.Row == nil || r2.Info.Row.Store != "/store" || r2.Truncated {
+		t.Fatalf("answer step: %+v", r2)
+	}
+	if len(w.results) != 1 || len(w.results[0].Turns) != 3 || w.results[0].Worker != "env-test" || w.results[0].Turns[2].CompletionTokenIDs[0] != 2 {
+		t.Fatalf("results %+v", w.results)
+	}
+	if _, err := w.svc.Step(context.Background(), id, StepRequest{Turn: 3, Content: "x"}); !errors.Is(err, ErrDone) {
+		t.Fatalf("step after done: %v, want ErrDone", err)
+	}
+	if w.svc.Live() != 0 {
+		t.Fatalf("%d live sessions after the score", w.svc.Live())
+	}
+}
+
+// TestTurnIdempotent: a retried turn returns the stored answer without a
+// second execution; a turn ahead is a TurnError naming the expected one.
+func TestTurnIdempotent(t *testing.T) {
+	t.Parallel()
+	w, _ := newWorld(t, newMemStore(), Limits{})
+	id := create(t, w.svc, Options{}).Session.ID
+	first := step(t, w.svc, id, 0, code("print(7)"))
+	again := step(t, w.svc, id, 0, code("print(8)"))
+	if !reflect.DeepEqual(first, again) || len(w.actions) != 1 {
+		t.Fatalf("retried turn answered %+v (first %+v), %d actions executed", again, first, len(w.actions))
+	}
+	var te *TurnError
+	if _, err := w.svc.Step(context.Background(), id, StepRequest{Turn: 5, Content: "x"}); !errors.As(err, &te) || te.Want != 1 {
+		t.Fatalf("turn ahead: %v, want a TurnError expecting 1", err)
+	}
+	if _, err := w.svc.Step(context.Background(), "nope", StepRequest{}); !errors.Is(err, ErrUnknownSession) {
+		t.Fatalf("unknown session: %v", err)
+	}
+}
+
+// TestRestartMidStep: a server that died with a step executing (its
+// observation not yet in) is replaced by another over the same store; the
+// retried step re-publishes the same action (dropped as a duplicate) and
+// gets the answer once it comes, executed once.
+func TestRestartMidStep(t *testing.T) {
+	t.Parallel()
+	st := newMemStore()
+	w1, _ := newWorld(t, st, Limits{StepWait: 50 * time.Millisecond})
+	id := create(t, w1.svc, Options{}).Session.ID
+	w1.hold = true
+	if _, err := w1.svc.Step(context.Background(), id, StepRequest{Turn: 0, Content: code("print(3)")}); !errors.Is(err, ErrStepTimeout) {
+		t.Fatalf("held step: %v, want ErrStepTimeout", err)
+	}
+	w2, _ := newWorld(t, st, Limits{})
+	if err := w2.svc.Load(context.Background()); err != nil || w2.svc.Live() != 1 {
+		t.Fatalf("load: %v, %d live", err, w2.svc.Live())
+	}
+	w2.actions = w1.actions // the stream keeps the published action
+	go w2.observe(w1.actions[0])
+	r := step(t, w2.svc, id, 0, code("print(99)"))
+	if r.Observation != "3\n" || len(w2.actions) != 1 {
+		t.Fatalf("after restart: %+v, %d actions", r, len(w2.actions))
+	}
+}
+
+// TestCapAndReap: the cap refuses a session beyond it; an idle session is
+// reaped as abandoned (freeing its slot), a done one is deleted later.
+func TestCapAndReap(t *testing.T) {
+	t.Parallel()
+	w, clk := newWorld(t, newMemStore(), Limits{MaxSessions: 1, IdleTimeout: time.Minute, KeepDone: time.Hour})
+	id := create(t, w.svc, Options{}).Session.ID
+	if _, err := w.svc.Create(context.Background(), CreateRequest{TaskID: task.ID}); !errors.Is(err, ErrTooMany) {
+		t.Fatalf("over the cap: %v, want ErrTooMany", err)
+	}
+	if n, err := w.svc.Reap(context.Background()); n != 0 || err != nil {
+		t.Fatalf("reaped %d (%v) before the idle time", n, err)
+	}
+	clk.add(2 * time.Minute)
+	if n, err := w.svc.Reap(context.Background()); n != 1 || err != nil {
+		t.Fatalf("reaped %d (%v), want 1", n, err)
+	}
+	s, err := w.svc.waitScore(context.Background(), id)
+	if err != nil || s.Score.Outcome != schemas.OutcomeAbandoned || s.State.Result.Termination != schemas.EndAbandoned {
+		t.Fatalf("reaped session: %+v, %v", s.Score, err)
+	}
+	if _, err := w.svc.Step(context.Background(), id, StepRequest{Turn: 0, Content: "x"}); !errors.Is(err, ErrDone) {
+		t.Fatalf("step of a reaped session: %v", err)
+	}
+	create(t, w.svc, Options{}) // the slot is free again
+	clk.add(2 * time.Hour)
+	if _, err := w.svc.Reap(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.svc.Get(context.Background(), id); !errors.Is(err, ErrUnknownSession) {
+		t.Fatalf("done session kept past KeepDone: %v", err)
+	}
+}
+
+// TestCloseAbandons: closing an unfinished session stores it abandoned;
+// closing again answers the same.
+func TestCloseAbandons(t *testing.T) {
+	t.Parallel()
+	w, _ := newWorld(t, newMemStore(), Limits{})
+	id := create(t, w.svc, Options{}).Session.ID
+	step(t, w.svc, id, 0, code("print(1)"))
+	c, err := w.svc.Close(context.Background(), id)
+	if err != nil || c.Outcome != schemas.OutcomeAbandoned || c.Row == nil {
+		t.Fatalf("close: %+v, %v", c, err)
+	}
+	c2, err := w.svc.Close(context.Background(), id)
+	if err != nil || c2.Outcome != c.Outcome || len(w.results) != 1 {
+		t.Fatalf("second close: %+v, %v, %d results", c2, err, len(w.results))
+	}
+}
+
+// TestOptions: defaults, overrides and refusals.
+func TestOptions(t *testing.T) {
+	t.Parallel()
+	n, on := 3, "answer"
+	o, p, run, err := Options{MaxTurns: &n, EndOn: &on, Model: "m"}.resolve("r", "external")
+	if err != nil || o.MaxTurns != 3 || o.EndOn != "answer" || p.Model != "m" || p.Name != schemas.PolicyOpenAI || run != "r" {
+		t.Fatalf("resolve: %+v %+v %q %v", o, p, run, err)
+	}
+	bad := 0
+	for _, b := range []Options{{MaxTurns: &bad}, {Reward: "shaped"}, {RunID: "a.b"}, {EndOn: new(string)}} {
+		if _, _, _, err := b.resolve("r", "x"); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%+v: %v, want ErrInvalid", b, err)
+		}
+	}
+}
