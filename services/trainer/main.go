@@ -16,7 +16,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/services/trainer/online"
@@ -111,8 +113,16 @@ func cmdOnline(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "config file (JSON or YAML)")
 	level := fs.String("log", "info", "log level: debug, info, warn, error")
+	var tlsFiles bus.TLS
+	tlsFiles.RegisterFlags(fs, os.Getenv)
+	var wait time.Duration
+	var waitErr error
+	bus.RegisterConnectTimeout(fs, os.Getenv, &wait, &waitErr)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if waitErr != nil {
+		return fmt.Errorf("online: %w", waitErr)
 	}
 	if *cfgPath == "" {
 		return errors.New("online: --config is required")
@@ -126,6 +136,6 @@ func cmdOnline(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
-	_, err = online.Run(ctx, cfg, stdout, log)
+	_, err = online.Run(ctx, cfg, stdout, log, bus.WithTLS(tlsFiles), bus.WithConnectTimeout(wait))
 	return err
 }

@@ -108,14 +108,15 @@ func New(cfg Config, conn *bus.Conn, st *store.Store, out io.Writer, log *slog.L
 	return &Loop{cfg: cfg.WithDefaults(), conn: conn, st: st, log: log, out: out, httpc: &http.Client{Timeout: 5 * time.Minute}}
 }
 
-// Run connects to NATS and the store named in cfg and runs the loop until
-// cfg.Iterations are complete or ctx ends.
-func Run(ctx context.Context, cfg Config, out io.Writer, log *slog.Logger) ([]Report, error) {
+// Run connects to NATS (with opts: TLS, the wait for a server not up yet)
+// and the store named in cfg and runs the loop until cfg.Iterations are
+// complete or ctx ends.
+func Run(ctx context.Context, cfg Config, out io.Writer, log *slog.Logger, opts ...bus.ConnectOption) ([]Report, error) {
 	auth, err := bus.AuthFromEnv(os.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	conn, err := bus.Connect(ctx, cfg.NATS, "medgym-trainer", log, bus.WithAuth(auth))
+	conn, err := bus.Connect(ctx, cfg.NATS, "medgym-trainer", log, append([]bus.ConnectOption{bus.WithAuth(auth)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,15 @@ var (
 	ErrConflict = errors.New("revision conflict")
 	// ErrUnknownEpisode: an observation for an episode no worker started.
 	ErrUnknownEpisode = errors.New("unknown episode")
+	// ErrDropped: a request of a run cancelled with --drop; the episode is
+	// not started.
+	ErrDropped = errors.New("run dropped")
 )
+
+// DroppedMessage is the error an episode stopped by its run's drop is
+// stored with (an infra_failure: excluded from training, not the agent's
+// doing).
+const DroppedMessage = "cancelled: the run was cancelled with medgym cancel --drop; the episode stopped at a turn boundary"
 
 // StateStore keeps one schemas.EpisodeState per episode id. Get fails with
 // ErrNotFound; Create with ErrConflict when the state exists; Update with
@@ -37,8 +45,12 @@ type Worker struct {
 	Publish PublishFunc
 	// Admit, when set, refuses messages of runs or episodes the dispatcher
 	// did not plan; its error is returned as is.
-	Admit  func(ctx context.Context, c schemas.EpisodeClaim) error
-	Engine *episode.Engine
+	Admit func(ctx context.Context, c schemas.EpisodeClaim) error
+	// Dropped, when set, says whether a run was cancelled with --drop:
+	// its requests are not started (ErrDropped) and its episodes stop at
+	// their next observation (episode.Engine.Stop).
+	Dropped func(ctx context.Context, runID string) (bool, error)
+	Engine  *episode.Engine
 }
 
 // Start begins the requested episode, or, for a redelivered request whose
@@ -51,6 +63,11 @@ func (w *Worker) Start(ctx context.Context, req schemas.EpisodeRequest) error {
 		return w.publish(ctx, st, pending(st))
 	} else if !errors.Is(err, ErrNotFound) {
 		return err
+	}
+	if dropped, err := w.dropped(ctx, req.RunID); err != nil {
+		return err
+	} else if dropped {
+		return fmt.Errorf("%w: episode %s of run %s not started", ErrDropped, req.EpisodeID, req.RunID)
 	}
 	st, step, err := w.Engine.Start(ctx, req)
 	if err != nil {
@@ -75,7 +92,15 @@ func (w *Worker) Observe(ctx context.Context, obs schemas.Observation) error {
 	if err != nil {
 		return err
 	}
-	next, step, err := w.Engine.Continue(ctx, st, obs)
+	var next schemas.EpisodeState
+	var step episode.Step
+	if dropped, derr := w.dropped(ctx, st.Request.RunID); derr != nil {
+		return derr
+	} else if dropped {
+		next, step, err = w.Engine.Stop(st, obs, DroppedMessage)
+	} else {
+		next, step, err = w.Engine.Continue(ctx, st, obs)
+	}
 	if errors.Is(err, episode.ErrStale) {
 		return w.publish(ctx, st, pending(st))
 	}
@@ -93,6 +118,13 @@ func (w *Worker) admit(ctx context.Context, c schemas.EpisodeClaim) error {
 		return nil
 	}
 	return w.Admit(ctx, c)
+}
+
+func (w *Worker) dropped(ctx context.Context, runID string) (bool, error) {
+	if w.Dropped == nil {
+		return false, nil
+	}
+	return w.Dropped(ctx, runID)
 }
 
 func (w *Worker) load(ctx context.Context, id string) (schemas.EpisodeState, uint64, error) {

@@ -243,3 +243,43 @@ func TestAdmitRefuses(t *testing.T) {
 		t.Fatalf("start of a refused request: %v, %d messages, %d saves", err, len(rec.msgs), states.last)
 	}
 }
+
+// TestDroppedRun (robust item 2): once the run is dropped, the next
+// observation ends the episode (the turn kept, the policy not sampled
+// again) with an infra_failure result saying why, and a request not yet
+// started is refused with ErrDropped (nothing saved or published).
+// The positive control: before the drop the same worker takes a normal
+// step.
+func TestDroppedRun(t *testing.T) {
+	ctx := context.Background()
+	p := &counting{}
+	w, states, rec := newWorker(p)
+	dropped := false
+	w.Dropped = func(_ context.Context, run string) (bool, error) { return dropped && run == "r", nil }
+	if err := w.Start(ctx, request()); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Observe(ctx, observation(rec.msgs[0].v.(schemas.ActionRequest))); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec.msgs[1].v.(schemas.ActionRequest); !ok || p.calls != 2 {
+		t.Fatalf("before the drop: %T after %d policy calls, want a second action", rec.msgs[1].v, p.calls)
+	}
+	dropped = true
+	if err := w.Observe(ctx, observation(rec.msgs[1].v.(schemas.ActionRequest))); err != nil {
+		t.Fatal(err)
+	}
+	res, ok := rec.msgs[2].v.(schemas.EpisodeResult)
+	if !ok || p.calls != 2 {
+		t.Fatalf("after the drop: %T after %d policy calls, want a result and no new sample", rec.msgs[2].v, p.calls)
+	}
+	if res.Termination != schemas.EndInfraFailure || res.Error != DroppedMessage || len(res.Turns) != 2 || res.Turns[1].Stdout != "1\n" {
+		t.Fatalf("result: termination %s, error %q, %d turns", res.Termination, res.Error, len(res.Turns))
+	}
+	saves := states.last
+	req := request()
+	req.EpisodeID = "r--u-k0"
+	if err := w.Start(ctx, req); !errors.Is(err, ErrDropped) || len(rec.msgs) != 3 || states.last != saves {
+		t.Fatalf("a request of the dropped run: %v, %d messages, %d saves", err, len(rec.msgs), states.last)
+	}
+}
