@@ -26,14 +26,11 @@ import (
 // repoRoot is the directory holding go.work.
 func repoRoot(t testing.TB) string {
 	t.Helper()
-	wd, _ := os.Getwd()
-	for d := wd; filepath.Dir(d) != d; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
-			return d
-		}
+	d := tasks.RepoRoot()
+	if d == "" {
+		t.Fatal("no go.work above the test directory")
 	}
-	t.Fatal("no go.work above the test directory")
-	return ""
+	return d
 }
 
 // natsServerBinary finds the nats-server v2.15 built by scripts/setup.sh.

@@ -17,9 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/medgym/medgym/bus"
@@ -28,16 +26,7 @@ import (
 	"github.com/medgym/medgym/store"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "trainer:", err)
-		}
-		os.Exit(1)
-	}
-}
+func main() { bus.CommandMain("trainer", run) }
 
 const usage = "usage: trainer build --store URL --out DIR [flags] | trainer train --mode M --data FILE --out DIR [flags] | trainer score --store URL --run ID --adapter DIR --out FILE | trainer online --config FILE"
 

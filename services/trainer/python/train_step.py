@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """One medgym training step: SFT, DPO or GRPO on a JSONL batch written by
-`bin/trainer` (services/trainer/internal/train).
+`bin/trainer` (services/trainer/train).
 
 Backends
   hf    a Hugging Face causal LM (--model) with a LoRA adapter through peft;
