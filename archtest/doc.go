@@ -6,7 +6,11 @@
 //   - no service imports another service (services/X never imports
 //     services/Y): services meet only on the bus, through schemas;
 //   - schemas, the wire contract, imports the standard library only;
-//   - the trainer's module does not require another service's module.
+//   - the trainer's module does not require another service's module;
+//   - no package of a service, nor its tests, depends on the task
+//     generators (tasks/generate, tasks/stats, SQLite, gonum), directly or
+//     through another package: the services load tasks through package
+//     tasks, which is the standard library and schemas only.
 //
 // Each rule is checked against planted violations in testdata (a positive
 // control), so the test is known to be able to fail. Exceptions are listed

@@ -80,6 +80,7 @@ const (
 	RuleCrossService = "service-imports-service"
 	RuleTrainerMod   = "trainer-requires-service"
 	RuleSchemasStd   = "schemas-not-stdlib"
+	RuleGenerators   = "service-depends-on-generators"
 )
 
 // stdlib reports whether an import path is the standard library's (its
@@ -140,4 +141,55 @@ func CheckTrainerRequires(modJSON []byte) ([]Violation, error) {
 func sortViolations(v []Violation) []Violation {
 	slices.SortFunc(v, func(a, b Violation) int { return strings.Compare(a.String(), b.String()) })
 	return slices.Compact(v)
+}
+
+// generator reports whether pkg is one of the task generators or what
+// only they need: tasks/generate (SQLite, the statistics), tasks/stats,
+// modernc.org/sqlite, gonum.
+func generator(pkg string) bool {
+	for _, p := range []string{Prefix + "tasks/generate", Prefix + "tasks/stats", "modernc.org/sqlite", "gonum.org/v1/gonum"} {
+		if pkg == p || strings.HasPrefix(pkg, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckGenerators applies the generator rule to pkgs (a `go list -deps
+// -test` listing): no package of a service, nor its tests, depends on the
+// task generators, directly or through another package (tasks itself is
+// the loaders only). It reports each service package with the first
+// generator package it reaches.
+func CheckGenerators(pkgs []Package) []Violation {
+	imports := map[string][]string{}
+	for _, p := range pkgs {
+		from := owner(p.ImportPath)
+		for _, imp := range p.Imports {
+			imports[from] = append(imports[from], owner(imp))
+		}
+	}
+	var out []Violation
+	for _, p := range pkgs {
+		from := owner(p.ImportPath)
+		if service(from) == "" {
+			continue
+		}
+		seen := map[string]bool{from: true}
+		stack := []string{from}
+		for len(stack) > 0 {
+			cur := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if generator(cur) {
+				out = append(out, Violation{RuleGenerators, from, cur})
+				break
+			}
+			for _, next := range imports[cur] {
+				if !seen[next] {
+					seen[next] = true
+					stack = append(stack, next)
+				}
+			}
+		}
+	}
+	return sortViolations(out)
 }

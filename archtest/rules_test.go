@@ -13,8 +13,9 @@ import (
 var offline = []string{"GOWORK=off", "GOFLAGS=-mod=readonly", "GOPROXY=off"}
 
 // TestPlantedViolationsAreFound is the positive control: a service package
-// importing NATS, a service's test importing another service, and a
-// trainer go.mod requiring a service are each reported.
+// importing NATS, a service's test importing another service, service
+// packages depending on the task generators (directly, and through another
+// package), and a trainer go.mod requiring a service are each reported.
 func TestPlantedViolationsAreFound(t *testing.T) {
 	pkgs, err := ListDeps(filepath.Join("testdata", "planted"), offline, "./...")
 	if err != nil {
@@ -27,6 +28,15 @@ func TestPlantedViolationsAreFound(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("planted import violations:\n got %v\nwant %v", got, want)
+	}
+	got = CheckGenerators(pkgs)
+	want = []Violation{
+		{RuleGenerators, Prefix + "services/planted/gen", "modernc.org/sqlite"}, // through gen/loader
+		{RuleGenerators, Prefix + "services/planted/gen/loader", "modernc.org/sqlite"},
+		{RuleGenerators, Prefix + "services/planted/tasksgen", Prefix + "tasks/generate"},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("planted generator dependencies:\n got %v\nwant %v", got, want)
 	}
 	pkgs, err = ListDeps(filepath.Join("testdata", "schemas"), offline, ".")
 	if err != nil {
@@ -104,7 +114,7 @@ func TestArchitectureRules(t *testing.T) {
 		}
 		pkgs = append(pkgs, p...)
 	}
-	got := CheckImports(pkgs)
+	got := append(CheckImports(pkgs), CheckGenerators(pkgs)...)
 	mod, err := exec.Command("go", "mod", "edit", "-json", filepath.Join(root, "services", "trainer", "go.mod")).Output()
 	if err != nil {
 		t.Fatal(err)

@@ -42,6 +42,18 @@ type suite struct {
 	Ratios                      []ratio
 	// Show lists single figures worth printing as they are.
 	Show []ratio
+	// Targets are the goals the suite's figures are held to: each is
+	// printed as met or not, and -check makes a missed one fail the run.
+	Targets []target
+}
+
+// A target bounds a figure (Den empty) or a ratio (as in ratio) from
+// below (Min) or above (Max); a zero bound is no bound. A ratio target
+// goes with an absolute one on its numerator or denominator, so a slower
+// baseline cannot meet it alone.
+type target struct {
+	ratio
+	Min, Max float64
 }
 
 var suites = []suite{
@@ -49,7 +61,7 @@ var suites = []suite{
 		{"episodes stored per second, 256 per Write (the verifier's Batcher) / one per Write", "BenchmarkWrite/batch-256", "BenchmarkWrite/batch-1", "rows/s"},
 		{"bytes on disk per episode, one per Write / 256 per Write", "BenchmarkWrite/batch-1", "BenchmarkWrite/batch-256", "disk-B/row"},
 	}},
-	{Name: "sandbox", Pkg: "./services/sandbox-worker/sandbox", Bench: "BenchmarkPandasGroupby", Benchtime: "1x", Ratios: []ratio{
+	{Name: "sandbox", Pkg: "./services/sandbox-worker/sandbox", Bench: "BenchmarkPandasGroupby", Benchtime: "20x", Ratios: []ratio{
 		{"pandas action p50, cold bwrap / warm pool", "BenchmarkPandasGroupby/cold", "BenchmarkPandasGroupby/warm", "p50-ms"},
 		{"pandas action p50 on an episode's second turn, docker / warm pool", "BenchmarkPandasGroupby/docker", "BenchmarkPandasGroupby/warm", "turn2-p50-ms"},
 		{"pandas action p50 on an episode's first turn (docker: container start), docker / cold bwrap", "BenchmarkPandasGroupby/docker", "BenchmarkPandasGroupby/cold", "p50-ms"},
@@ -57,10 +69,23 @@ var suites = []suite{
 	}, Show: []ratio{
 		{What: "docker with a ready pool: first turn p50 (ms)", Num: "BenchmarkPandasGroupby/docker-pool", Unit: "p50-ms"},
 		{What: "docker with a ready pool: episodes served by a pooled container", Num: "BenchmarkPandasGroupby/docker-pool", Unit: "pool-hits/op"},
+		{What: "warm pool: pandas action p50 (ms)", Num: "BenchmarkPandasGroupby/warm", Unit: "p50-ms"},
+		{What: "cold bwrap: pandas action p50 (ms)", Num: "BenchmarkPandasGroupby/cold", Unit: "p50-ms"},
+		{What: "warm pool: episodes served by a ready server", Num: "BenchmarkPandasGroupby/warm", Unit: "pool-hits/op"},
+	}, Targets: []target{
+		{ratio: ratio{"warm pandas action p50 < 10 ms", "BenchmarkPandasGroupby/warm", "", "p50-ms"}, Max: 10},
+		{ratio: ratio{"cold bwrap / warm pool p50 >= 50x", "BenchmarkPandasGroupby/cold", "BenchmarkPandasGroupby/warm", "p50-ms"}, Min: 50},
 	}},
 	{Name: "pipeline", Pkg: "./systemtest", Bench: "BenchmarkPipelineOverhead", Benchtime: "1x", Show: []ratio{
-		{What: "pipeline overhead per turn, p50 (ms)", Num: "BenchmarkPipelineOverhead", Unit: "overhead-p50-ms"},
-		{What: "pipeline overhead per turn, p95 (ms)", Num: "BenchmarkPipelineOverhead", Unit: "overhead-p95-ms"},
+		{What: "warm pool, 1 episode in flight: overhead per turn, p50 (ms)", Num: pipeWarm1, Unit: "overhead-p50-ms"},
+		{What: "warm pool, 4 episodes in flight: overhead per turn, p50 (ms)", Num: pipeWarm4, Unit: "overhead-p50-ms"},
+		{What: "warm pool, 4 episodes in flight: overhead per turn, p95 (ms)", Num: pipeWarm4, Unit: "overhead-p95-ms"},
+		{What: "cold bwrap, 4 episodes in flight: overhead per turn, p50 (ms)", Num: pipeCold4, Unit: "overhead-p50-ms"},
+	}, Targets: []target{
+		{ratio: ratio{"warm, 1 in flight: sandbox side p50 < 2 ms", pipeWarm1, "", "sandbox-p50-ms"}, Max: 2},
+		{ratio: ratio{"warm, 1 in flight: return path p50 < 2 ms", pipeWarm1, "", "return-p50-ms"}, Max: 2},
+		{ratio: ratio{"warm, 4 in flight: sandbox side p50 < 2 ms", pipeWarm4, "", "sandbox-p50-ms"}, Max: 2},
+		{ratio: ratio{"warm, 4 in flight: return path p50 < 2 ms", pipeWarm4, "", "return-p50-ms"}, Max: 2},
 	}},
 	{Name: "scaling", Pkg: "./systemtest", Bench: "BenchmarkSandboxScaling", Benchtime: "1x", Ratios: []ratio{
 		{"episodes/s, 2 sandbox-worker processes / 1", "BenchmarkSandboxScaling", "BenchmarkSandboxScaling", "episodes/s-2w|episodes/s-1w"},
@@ -69,12 +94,35 @@ var suites = []suite{
 	{Name: "concurrency", Pkg: "./systemtest", Bench: "BenchmarkConcurrentEpisodes", Benchtime: "1x", Show: []ratio{
 		{What: "model requests in flight at once, of 1,000 episodes", Num: "BenchmarkConcurrentEpisodes", Unit: "peak-model-requests"},
 		{What: "llm-worker peak RSS (MiB) with 1,000 episodes in flight", Num: "BenchmarkConcurrentEpisodes", Unit: "peak-MiB-llm-worker"},
+		{What: "seconds over which the 1,000 model requests began (all in flight at once needs < 1)", Num: "BenchmarkConcurrentEpisodes", Unit: "admission-s"},
+	}},
+	{Name: "hosts", Pkg: "./systemtest", Bench: "BenchmarkScalingAcrossHosts", Benchtime: "1x", Ratios: []ratio{
+		{"episodes/s, 2 llm-workers on their own hosts / 1 (1 s model, --concurrency 8)", hosts, hosts, "llm-episodes/s-2w|llm-episodes/s-1w"},
+		{"episodes/s, 4 llm-workers / 1", hosts, hosts, "llm-episodes/s-4w|llm-episodes/s-1w"},
+		{"episodes/s, 8 llm-workers / 1", hosts, hosts, "llm-episodes/s-8w|llm-episodes/s-1w"},
+		{"episodes/s, 2 sandbox-workers on their own hosts / 1 (sandbox-bound, --concurrency 1)", hosts, hosts, "sandbox-episodes/s-2w|sandbox-episodes/s-1w"},
+		{"episodes/s, 4 sandbox-workers / 1", hosts, hosts, "sandbox-episodes/s-4w|sandbox-episodes/s-1w"},
+		{"episodes/s, 2 sandbox-workers / 1, CPU-bound (a cold pandas import per episode)", hosts, hosts, "pandas-episodes/s-2w|pandas-episodes/s-1w"},
+		{"episodes/s, 4 sandbox-workers / 1, CPU-bound", hosts, hosts, "pandas-episodes/s-4w|pandas-episodes/s-1w"},
+	}, Show: []ratio{
+		{What: "cores busy, 8 llm-workers", Num: hosts, Unit: "llm-cores-8w"},
+		{What: "cores busy, 4 sandbox-workers", Num: hosts, Unit: "sandbox-cores-4w"},
+		{What: "cores busy, 4 sandbox-workers, CPU-bound", Num: hosts, Unit: "pandas-cores-4w"},
 	}},
 }
 
+// The pipeline suite's sub-benchmarks.
+const (
+	pipeWarm1 = "BenchmarkPipelineOverhead/warm/inflight=1"
+	pipeWarm4 = "BenchmarkPipelineOverhead/warm/inflight=4"
+	pipeCold4 = "BenchmarkPipelineOverhead/cold/inflight=4"
+	hosts     = "BenchmarkScalingAcrossHosts"
+)
+
 func main() {
-	only := flag.String("suite", "", "comma-separated suites to run (default all: store, sandbox, pipeline, scaling, concurrency)")
+	only := flag.String("suite", "", "comma-separated suites to run (default all: store, sandbox, pipeline, scaling, concurrency, hosts)")
 	verbose := flag.Bool("v", false, "also print each suite's go test output")
+	check := flag.Bool("check", false, "exit 1 when a figure misses its target (the targets are printed either way)")
 	flag.Parse()
 	root, err := repoRoot()
 	if err != nil {
@@ -100,7 +148,15 @@ func main() {
 		for _, line := range report(s, res) {
 			fmt.Fprintln(tw, line)
 		}
+		lines, missed := checkTargets(s, res)
+		for _, line := range lines {
+			fmt.Fprintln(tw, line)
+		}
 		tw.Flush()
+		if *check && missed > 0 {
+			fmt.Fprintf(os.Stderr, "bench: %s: %d target(s) missed\n", s.Name, missed)
+			failed = true
+		}
 	}
 	if failed {
 		os.Exit(1)
@@ -181,6 +237,42 @@ func report(s suite, res results) []string {
 		}
 	}
 	return lines
+}
+
+// value is a ratio's figure: Num's Unit, divided by Den's when Den is set.
+func (r ratio) value(res results) (v float64, shown string, ok bool) {
+	nu, du := r.Unit, r.Unit
+	if a, b, cut := strings.Cut(r.Unit, "|"); cut {
+		nu, du = a, b
+	}
+	n, okn := res[r.Num][nu]
+	if r.Den == "" {
+		return n, fmt.Sprintf("%.4g %s", n, nu), okn
+	}
+	d, okd := res[r.Den][du]
+	if !okn || !okd || d == 0 {
+		return 0, "", false
+	}
+	return n / d, fmt.Sprintf("%.2fx (%.4g / %.4g %s)", n/d, n, d, nu), true
+}
+
+// checkTargets renders a suite's targets, "met" or "MISSED" or "not
+// measured", and counts the missed ones (one not measured is not missed:
+// a suite skips what this machine lacks).
+func checkTargets(s suite, res results) (lines []string, missed int) {
+	for _, t := range s.Targets {
+		v, shown, ok := t.value(res)
+		verdict := "met"
+		switch {
+		case !ok:
+			verdict, shown = "not measured", "-"
+		case t.Min != 0 && v < t.Min, t.Max != 0 && v >= t.Max:
+			verdict = "MISSED"
+			missed++
+		}
+		lines = append(lines, fmt.Sprintf("%s\ttarget: %s\t%s\t%s\t", s.Name, t.What, verdict, shown))
+	}
+	return lines, missed
 }
 
 // repoRoot is the directory holding go.work, above the working directory.

@@ -39,3 +39,33 @@ func TestParseAndReport(t *testing.T) {
 		t.Fatalf("scaling lines %q", lines)
 	}
 }
+
+// TestTargets checks that a ratio target is not met by a slow baseline
+// alone: the absolute target on the warm figure fails with it.
+func TestTargets(t *testing.T) {
+	var sandbox suite
+	for _, s := range suites {
+		if s.Name == "sandbox" {
+			sandbox = s
+		}
+	}
+	fast := parse(strings.NewReader("BenchmarkPandasGroupby/warm-2 1 1 ns/op 5.0 p50-ms\nBenchmarkPandasGroupby/cold-2 1 1 ns/op 300 p50-ms\n"))
+	if lines, missed := checkTargets(sandbox, fast); missed != 0 {
+		t.Fatalf("fast warm: %d missed: %q", missed, lines)
+	}
+	// 60x, but only because cold is slow: the absolute warm target misses.
+	slowCold := parse(strings.NewReader("BenchmarkPandasGroupby/warm-2 1 1 ns/op 30 p50-ms\nBenchmarkPandasGroupby/cold-2 1 1 ns/op 1800 p50-ms\n"))
+	lines, missed := checkTargets(sandbox, slowCold)
+	if missed != 1 || !strings.Contains(lines[0], "MISSED") || !strings.Contains(lines[1], "60.00x") {
+		t.Fatalf("slow cold: %d missed: %q", missed, lines)
+	}
+	// A fast warm pool but a ratio under 50x misses the ratio.
+	lines, missed = checkTargets(sandbox, parse(strings.NewReader("BenchmarkPandasGroupby/warm-2 1 1 ns/op 8 p50-ms\nBenchmarkPandasGroupby/cold-2 1 1 ns/op 300 p50-ms\n")))
+	if missed != 1 || !strings.Contains(lines[1], "MISSED") {
+		t.Fatalf("low ratio: %d missed: %q", missed, lines)
+	}
+	lines, missed = checkTargets(sandbox, results{})
+	if missed != 0 || !strings.Contains(lines[0], "not measured") {
+		t.Fatalf("nothing measured: %d missed: %q", missed, lines)
+	}
+}

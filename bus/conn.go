@@ -1,11 +1,15 @@
 package bus
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -61,6 +65,11 @@ type connectConfig struct {
 	tls  TLS
 	auth Auth
 
+	// wait: retry a server not reachable yet, for at most waitFor (0:
+	// until ctx is done). Unset: fail at once.
+	wait    bool
+	waitFor time.Duration
+
 	// Start only.
 	streams         StreamOptions
 	metricsRequired bool
@@ -69,14 +78,46 @@ type connectConfig struct {
 // WithTLS connects with t (see TLS).
 func WithTLS(t TLS) ConnectOption { return func(c *connectConfig) { c.tls = t } }
 
+// WithConnectTimeout makes Connect (and Start) wait for a server that is
+// not reachable yet instead of failing at once: it retries with backoff
+// (what it does after a disconnect), logging while it waits, for at most d
+// (0: until ctx is done). A certificate the CA does not vouch for still
+// fails at once. Without it, an unreachable server is an immediate error.
+func WithConnectTimeout(d time.Duration) ConnectOption {
+	return func(c *connectConfig) { c.wait, c.waitFor = true, d }
+}
+
+// reconnectDelay is the backoff between two rounds over the server list,
+// for the first connection (WithConnectTimeout) as after a disconnect:
+// 250 ms doubling to 2 s, plus up to 25 % jitter.
+func reconnectDelay(attempts int) time.Duration {
+	d := 250 * time.Millisecond << min(max(attempts-1, 0), 3)
+	return d + rand.N(d/4+1)
+}
+
 // Connect dials url and returns a connection that reconnects forever. The
 // URL's credentials never reach a log or an error (schemas.RedactURL).
-// WithTLS and WithAuth (credentials, see AuthFromEnv) configure it.
+// WithTLS and WithAuth (credentials, see AuthFromEnv) configure it;
+// WithConnectTimeout waits for a server that is not up yet.
 func Connect(ctx context.Context, url, name string, log *slog.Logger, opts ...ConnectOption) (*Conn, error) {
 	var cfg connectConfig
 	for _, o := range opts {
 		o(&cfg)
 	}
+	conn, err := dial(url, name, log, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := conn.ready(ctx, url, cfg); err != nil {
+		conn.nc.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// dial creates the connection; with cfg.wait it may not be connected yet
+// (see ready).
+func dial(url, name string, log *slog.Logger, cfg connectConfig) (*Conn, error) {
 	tlsOpts, err := cfg.tls.options()
 	if err != nil {
 		return nil, err
@@ -85,11 +126,11 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger, opts ...Co
 	if err != nil {
 		return nil, err
 	}
-	shown := schemas.RedactURL(url)
 	nopts := append(append(tlsOpts, authOpts...),
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
+		nats.CustomReconnectDelay(reconnectDelay),
+		nats.RetryOnFailedConnect(cfg.wait),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("nats disconnected", "err", err)
@@ -110,21 +151,91 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger, opts ...Co
 	)
 	nc, err := nats.Connect(url, nopts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w (is nats-server running with -js? use --nats to point elsewhere)", shown, err)
+		return nil, connectError(url, err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, fmt.Errorf("jetstream on %s: %w", shown, err)
-	}
-	if _, err := js.AccountInfo(ctx); err != nil {
-		nc.Close()
-		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
-			return nil, fmt.Errorf("NATS at %s has JetStream disabled: start nats-server with -js", shown)
-		}
-		return nil, fmt.Errorf("jetstream account info on %s: %w", shown, err)
+		return nil, fmt.Errorf("jetstream on %s: %w", schemas.RedactURL(url), err)
 	}
 	return &Conn{nc: nc, js: js, log: log}, nil
+}
+
+func connectError(url string, err error) error {
+	return fmt.Errorf("connect to NATS at %s: %w (is nats-server running with -js? use --nats to point elsewhere)", schemas.RedactURL(url), err)
+}
+
+// ready waits until the connection is up (cfg.wait: for at most
+// cfg.waitFor, logging while it waits) and checks that JetStream is on.
+func (c *Conn) ready(ctx context.Context, url string, cfg connectConfig) error {
+	if err := c.waitConnected(ctx, url, cfg.waitFor); err != nil {
+		return err
+	}
+	shown := schemas.RedactURL(url)
+	if _, err := c.js.AccountInfo(ctx); err != nil {
+		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			return fmt.Errorf("NATS at %s has JetStream disabled: start nats-server with -js", shown)
+		}
+		return fmt.Errorf("jetstream account info on %s: %w", shown, err)
+	}
+	return nil
+}
+
+// waitLogEvery is how often a connection still waiting for its first
+// server says so.
+const waitLogEvery = 10 * time.Second
+
+// waitConnected returns once the connection is up, or an error when d
+// (0: no bound) or ctx runs out, the connection is closed, or the server's
+// certificate is refused (retrying cannot fix that).
+func (c *Conn) waitConnected(ctx context.Context, url string, d time.Duration) error {
+	if c.nc.IsConnected() {
+		return nil
+	}
+	start := time.Now()
+	shown := schemas.RedactURL(url)
+	var deadline <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		deadline = t.C
+	}
+	poll := time.NewTicker(100 * time.Millisecond)
+	defer poll.Stop()
+	var logged time.Time
+	for {
+		last := c.nc.LastError()
+		switch {
+		case c.nc.IsConnected():
+			c.log.Info("nats connected", "url", schemas.RedactURL(c.nc.ConnectedUrl()), "waited", time.Since(start).Round(time.Millisecond))
+			return nil
+		case c.nc.IsClosed():
+			return connectError(url, cmp.Or(last, nats.ErrConnectionClosed))
+		case isCertificateError(last):
+			return connectError(url, last)
+		case time.Since(logged) >= waitLogEvery:
+			logged = time.Now()
+			c.log.Warn("waiting for NATS: not reachable yet, retrying (--connect-timeout bounds the wait; /healthz answers 503 meanwhile)",
+				"url", shown, "waited", time.Since(start).Round(time.Second), "err", last)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("connect to NATS at %s: %w after %s (last error: %v)", shown, ctx.Err(), time.Since(start).Round(time.Second), last)
+		case <-deadline:
+			return connectError(url, fmt.Errorf("not reachable within --connect-timeout %s (last error: %v)", d, cmp.Or(last, nats.ErrNoServers)))
+		case <-poll.C:
+		}
+	}
+}
+
+// isCertificateError says whether err is a TLS certificate the client
+// refused: a wrong CA or host name, which no retry will fix.
+func isCertificateError(err error) bool {
+	var ua x509.UnknownAuthorityError
+	var hn x509.HostnameError
+	var ci x509.CertificateInvalidError
+	var tv *tls.CertificateVerificationError
+	return err != nil && (errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci) || errors.As(err, &tv))
 }
 
 // Close drains the connection (pending publishes and acks are flushed).
@@ -164,7 +275,8 @@ func (c *Conn) Publish(ctx context.Context, subject, msgID string, v schemas.Val
 }
 
 // Start is what every service's main does first: connect to url (one URL
-// or several seeds, comma-separated), create the streams and buckets
+// or several seeds, comma-separated; WithConnectTimeout waits for it),
+// create the streams and buckets
 // (WithStreams: replicas and placement), and serve /metrics and /healthz on
 // metricsAddr (empty: none; a port of 0 picks a free one, which is logged).
 // A metrics address that cannot be bound (another worker of the same kind
@@ -176,23 +288,38 @@ func Start(ctx context.Context, url, name, metricsAddr string, log *slog.Logger,
 	for _, o := range opts {
 		o(&cfg)
 	}
-	conn, err := Connect(ctx, url, name, log, opts...)
+	conn, err := dial(url, name, log, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := EnsureStreams(ctx, conn, cfg.streams); err != nil {
-		conn.Close()
+	// /healthz is served while the connection waits for its server
+	// (WithConnectTimeout) and answers 503 until the streams exist.
+	m := NewMetrics()
+	m.starting.Store(true)
+	// The metrics server stops with ctx, or at once when Start fails.
+	mctx, stopMetrics := context.WithCancel(ctx)
+	fail := func(err error) (*Conn, *Metrics, error) {
+		stopMetrics()
 		return nil, nil, err
 	}
-	m := NewMetrics()
-	if err := m.Serve(ctx, metricsAddr, conn, log); err != nil {
+	context.AfterFunc(ctx, stopMetrics)
+	if err := m.Serve(mctx, metricsAddr, conn, log); err != nil {
 		if cfg.metricsRequired {
-			conn.Close()
-			return nil, nil, fmt.Errorf("%w (--metrics-required; --metrics 127.0.0.1:0 picks a free port)", err)
+			conn.nc.Close()
+			return fail(fmt.Errorf("%w (--metrics-required; --metrics 127.0.0.1:0 picks a free port)", err))
 		}
 		log.Warn("running without /metrics and /healthz: the metrics address is taken (another process of this kind on this host?); set --metrics to a free address, or 127.0.0.1:0 for any free port, or --metrics-required to make this an error",
 			"addr", metricsAddr, "err", err)
 	}
+	if err := conn.ready(ctx, url, cfg); err != nil {
+		conn.nc.Close()
+		return fail(err)
+	}
+	if err := EnsureStreams(ctx, conn, cfg.streams); err != nil {
+		conn.Close()
+		return fail(err)
+	}
+	m.starting.Store(false)
 	return conn, m, nil
 }
 

@@ -54,6 +54,11 @@
 //     ConsumerBacklog, BusyConsumer, PublishRaw, PublishCore and the blob
 //     calls. The raw connection and JetStream context are unexported.
 //
+// Connect fails at once when no server answers, unless WithConnectTimeout
+// makes it wait (services: --connect-timeout, default until stopped), with
+// backoff and a log line every 10 s; Start serves /healthz (503) while it
+// waits.
+//
 // Connect takes credentials with WithAuth; AuthFromEnv reads them from the
 // MEDGYM_NATS_* variables (a creds file, an nkey seed file, or a user and a
 // password or password file), never from the command line. SECURITY.md and

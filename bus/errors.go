@@ -41,6 +41,9 @@ const (
 	// JunkDeadLetter: a dead letter that its handler could not use; the
 	// dead-letter path never produces dead letters, so it is dropped.
 	JunkDeadLetter = "dead_letter"
+	// JunkRunDropped: a request of a run cancelled with `medgym cancel
+	// --drop` that no worker had started (the purge missed it in flight).
+	JunkRunDropped = "run_dropped"
 )
 
 type junkError struct {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,6 +32,10 @@ type Metrics struct {
 
 	mu        sync.Mutex
 	consumers map[string]consumerRef
+
+	// starting: Start has not connected and ensured the streams yet, so
+	// /healthz answers 503 even once the connection is up.
+	starting atomic.Bool
 }
 
 type consumerRef struct{ stream, durable string }
@@ -131,7 +136,8 @@ func (m *Metrics) poll(ctx context.Context, conn *Conn) {
 }
 
 // Serve serves /metrics and /healthz on addr until ctx is done. /healthz
-// answers 200 while the NATS connection is up, 503 otherwise. An empty
+// answers 200 while the NATS connection is up, 503 otherwise (and while
+// Start is still waiting for its first server or creating the streams). An empty
 // addr serves nothing.
 func (m *Metrics) Serve(ctx context.Context, addr string, conn *Conn, log *slog.Logger) error {
 	if addr == "" {
@@ -142,6 +148,10 @@ func (m *Metrics) Serve(ctx context.Context, addr string, conn *Conn, log *slog.
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if conn.nc == nil || !conn.nc.IsConnected() {
 			http.Error(w, "nats: not connected", http.StatusServiceUnavailable)
+			return
+		}
+		if m.starting.Load() {
+			http.Error(w, "starting: streams and buckets not ensured yet", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")

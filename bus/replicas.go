@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -112,11 +113,16 @@ func (v *tagsValue) Set(s string) error {
 }
 
 // StartFlags are the flags every service passes to Start besides TLS:
-// --replicas and placement (StreamOptions.RegisterFlags) and
-// --metrics-required.
+// --replicas and placement (StreamOptions.RegisterFlags),
+// --metrics-required and --connect-timeout.
 type StartFlags struct {
 	Streams         StreamOptions
 	MetricsRequired bool
+	// ConnectTimeout bounds the wait for a NATS server not reachable at
+	// start (0: wait until stopped), see WithConnectTimeout.
+	ConnectTimeout time.Duration
+
+	timeoutErr error
 }
 
 // RegisterFlags adds the flags to fs, with environment defaults.
@@ -124,6 +130,53 @@ func (f *StartFlags) RegisterFlags(fs *flag.FlagSet, getenv func(string) string)
 	f.Streams.RegisterFlags(fs, getenv)
 	required, _ := strconv.ParseBool(getenv("MEDGYM_METRICS_REQUIRED"))
 	fs.BoolVar(&f.MetricsRequired, "metrics-required", required, "exit when --metrics cannot be bound, instead of warning and running without metrics (env MEDGYM_METRICS_REQUIRED)")
+	RegisterConnectTimeout(fs, getenv, &f.ConnectTimeout, &f.timeoutErr)
+}
+
+// RegisterConnectTimeout adds --connect-timeout to fs, setting *d: its
+// default is MEDGYM_CONNECT_TIMEOUT, else 0 (wait until stopped). A bad
+// environment value is left in *envErr unless the flag is given.
+func RegisterConnectTimeout(fs *flag.FlagSet, getenv func(string) string, d *time.Duration, envErr *error) {
+	*d, *envErr = ConnectTimeoutEnv(getenv, 0)
+	fs.Var(&timeoutValue{d: d, envErr: envErr}, "connect-timeout", ConnectTimeoutUsage+"; 0: wait until stopped (env MEDGYM_CONNECT_TIMEOUT; default 0)")
+}
+
+type timeoutValue struct {
+	d      *time.Duration
+	envErr *error
+}
+
+func (v *timeoutValue) String() string {
+	if v == nil || v.d == nil {
+		return "0s"
+	}
+	return v.d.String()
+}
+
+func (v *timeoutValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return fmt.Errorf("want a duration ≥ 0 such as 2m (0: wait until stopped)")
+	}
+	*v.d, *v.envErr = d, nil
+	return nil
+}
+
+// ConnectTimeoutUsage describes --connect-timeout; callers add the default.
+const ConnectTimeoutUsage = "how long to wait at start for a NATS server that is not reachable yet (retrying with backoff, /healthz 503 meanwhile) before giving up"
+
+// ConnectTimeoutEnv is MEDGYM_CONNECT_TIMEOUT as a duration, def when it
+// is unset, and an error when it is not a duration ≥ 0.
+func ConnectTimeoutEnv(getenv func(string) string, def time.Duration) (time.Duration, error) {
+	v := getenv("MEDGYM_CONNECT_TIMEOUT")
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return def, fmt.Errorf("MEDGYM_CONNECT_TIMEOUT %q: want a duration ≥ 0 such as 2m (0: wait until stopped)", v)
+	}
+	return d, nil
 }
 
 // Options validates the flags and returns them as Start options.
@@ -131,5 +184,11 @@ func (f StartFlags) Options() ([]ConnectOption, error) {
 	if err := f.Streams.Validate(); err != nil {
 		return nil, err
 	}
-	return []ConnectOption{WithStreams(f.Streams), WithMetricsRequired(f.MetricsRequired)}, nil
+	if f.timeoutErr != nil {
+		return nil, f.timeoutErr
+	}
+	if f.ConnectTimeout < 0 {
+		return nil, fmt.Errorf("--connect-timeout %s: must be ≥ 0 (0: wait until stopped)", f.ConnectTimeout)
+	}
+	return []ConnectOption{WithStreams(f.Streams), WithMetricsRequired(f.MetricsRequired), WithConnectTimeout(f.ConnectTimeout)}, nil
 }

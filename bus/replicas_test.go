@@ -159,12 +159,7 @@ func TestReplicasFlagAndEnv(t *testing.T) {
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		var o bus.StreamOptions
-		o.RegisterFlags(fs, func(k string) string {
-			if k == "MEDGYM_REPLICAS" {
-				return c.env
-			}
-			return ""
-		})
+		o.RegisterFlags(fs, oneEnv("MEDGYM_REPLICAS", c.env))
 		var args []string
 		if c.arg != "" {
 			args = []string{c.arg}
@@ -181,5 +176,15 @@ func TestReplicasFlagAndEnv(t *testing.T) {
 		case c.err == "" && o.Replicas != c.want:
 			t.Errorf("env %q args %q: replicas %d, want %d", c.env, c.arg, o.Replicas, c.want)
 		}
+	}
+}
+
+// oneEnv is an environment holding only k=v.
+func oneEnv(k, v string) func(string) string {
+	return func(key string) string {
+		if key == k {
+			return v
+		}
+		return ""
 	}
 }

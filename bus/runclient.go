@@ -30,10 +30,15 @@ func SubmitRun(ctx context.Context, conn *Conn, spec schemas.RunSpec) error {
 type RunProgress struct {
 	// Status is the dispatcher's record of the run (zero until it has one).
 	Status schemas.RunStatus
-	// Scores are the scores first seen since the previous step, one per
-	// episode of the run, in stream order.
+	// Scores are the scores of the run stored since the previous step, in
+	// stream order. A copy that follows its first within RecentScores
+	// scores (a result redelivered after an outage) is left out; an older
+	// copy may show again, so a caller that keeps scores per episode
+	// keys them by episode id.
 	Scores []schemas.Score
-	// Scored counts the distinct episodes scored so far.
+	// Scored counts the distinct planned episodes scored so far: the
+	// dispatcher's count (RunStatus.Done, from its completion bitmap,
+	// ADR 0007), so following a run takes memory independent of its size.
 	Scored int
 	// Err is a transient read error of this step (NATS down or
 	// restarting): the follow goes on and picks up where it was.
@@ -59,7 +64,7 @@ func FollowRun(ctx context.Context, conn *Conn, runID string, every time.Duratio
 			yield(RunProgress{}, fmt.Errorf("follow scores of run %s: %w", runID, err))
 			return
 		}
-		seen := map[string]bool{}
+		recent := newRecentIDs(RecentScores)
 		// read appends the scores stored since the last read.
 		read := func(p *RunProgress) {
 			for {
@@ -72,8 +77,7 @@ func FollowRun(ctx context.Context, conn *Conn, runID string, every time.Duratio
 				for m := range batch.Messages() {
 					n++
 					var sc schemas.Score
-					if json.Unmarshal(m.Data(), &sc) == nil && strings.HasPrefix(sc.EpisodeID, runID+"--") && !seen[sc.EpisodeID] {
-						seen[sc.EpisodeID] = true
+					if json.Unmarshal(m.Data(), &sc) == nil && strings.HasPrefix(sc.EpisodeID, runID+"--") && recent.add(sc.EpisodeID) {
 						p.Scores = append(p.Scores, sc)
 					}
 				}
@@ -101,16 +105,50 @@ func FollowRun(ctx context.Context, conn *Conn, runID string, every time.Duratio
 			if st.Finished {
 				read(&p) // the scores that finished it
 			}
-			p.Scored = len(seen)
+			p.Scored = st.Done
 			if !yield(p, nil) || st.Finished {
 				return
 			}
 			select {
 			case <-ctx.Done():
-				yield(RunProgress{Status: st, Scored: len(seen)}, ctx.Err())
+				yield(RunProgress{Status: st, Scored: st.Done}, ctx.Err())
 				return
 			case <-tick.C:
 			}
 		}
 	}
 }
+
+// RecentScores is how many episode ids FollowRun remembers to leave out a
+// score's redelivered copy.
+const RecentScores = 4096
+
+// recentIDs is a set of the last n ids added (a ring): its memory is
+// bounded whatever the number of ids it is shown.
+type recentIDs struct {
+	ring []string
+	next int
+	set  map[string]struct{}
+}
+
+func newRecentIDs(n int) *recentIDs {
+	return &recentIDs{ring: make([]string, 0, n), set: make(map[string]struct{}, n)}
+}
+
+// add records id and reports whether it was not among the last n.
+func (r *recentIDs) add(id string) bool {
+	if _, ok := r.set[id]; ok {
+		return false
+	}
+	if len(r.ring) < cap(r.ring) {
+		r.ring = append(r.ring, id)
+	} else {
+		delete(r.set, r.ring[r.next])
+		r.ring[r.next] = id
+		r.next = (r.next + 1) % len(r.ring)
+	}
+	r.set[id] = struct{}{}
+	return true
+}
+
+func (r *recentIDs) len() int { return len(r.set) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -49,11 +50,12 @@ func TestSubmitRunOnce(t *testing.T) {
 }
 
 // TestFollowRun: each episode's score is yielded once (a redelivered copy
-// and another run's score on the subject are not), and the follow ends
-// with the step that sees the run finished.
+// and another run's score on the subject are not), Scored is the
+// dispatcher's count, and the follow ends with the step that sees the run
+// finished.
 func TestFollowRun(t *testing.T) {
 	conn, ctx := setup(t)
-	putStatus(t, ctx, conn, "r1", schemas.RunStatus{Total: 2, Published: 2})
+	putStatus(t, ctx, conn, "r1", schemas.RunStatus{Total: 2, Published: 2, Done: 1})
 	publishScore(t, ctx, conn, "a", score("r1--a-k0"))
 	publishScore(t, ctx, conn, "a-again", score("r1--a-k0"))
 	publishScore(t, ctx, conn, "x", score("other--x-k0"))
@@ -104,5 +106,28 @@ func TestFollowRunEnds(t *testing.T) {
 	}
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled follow: %v", err)
+	}
+}
+
+// TestRecentIDsBounded (robust item 4): `medgym run` kept every episode id
+// it saw, so its memory grew with --samples. The set FollowRun dedupes
+// with holds at most its capacity whatever it is shown, still refuses an
+// id it holds, and forgets the oldest (an unbounded map would not: the
+// positive control that the ids really were distinct).
+func TestRecentIDsBounded(t *testing.T) {
+	r := bus.NewRecentIDs(8)
+	for i := range 1000 {
+		if !r.Add(fmt.Sprintf("run--t%d-k0", i)) {
+			t.Fatalf("id %d refused on first sight", i)
+		}
+		if r.Add(fmt.Sprintf("run--t%d-k0", i)) {
+			t.Fatalf("id %d accepted twice in a row", i)
+		}
+		if r.Len() > 8 {
+			t.Fatalf("%d ids held after %d, want at most 8", r.Len(), i+1)
+		}
+	}
+	if !r.Add("run--t0-k0") {
+		t.Error("the oldest id is still held")
 	}
 }

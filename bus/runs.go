@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -22,7 +23,19 @@ type Runs struct {
 
 	mu    sync.Mutex
 	specs map[string]schemas.RunSpec
+	drops map[string]dropSeen
 }
+
+// dropSeen is a run's cancel mode as read at a time.
+type dropSeen struct {
+	dropped bool
+	at      time.Time
+}
+
+// DropCheckEvery is how long Dropped trusts a run's status it read
+// before it reads it again: a dropped run's episodes stop within about
+// this long of their next turn.
+const DropCheckEvery = time.Second
 
 // maxCachedRuns bounds the cache of accepted runs (it is cleared when full).
 const maxCachedRuns = 4096
@@ -33,7 +46,7 @@ func NewRuns(ctx context.Context, conn *Conn) (*Runs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("run-status bucket %s: %w", schemas.BucketRuns, err)
 	}
-	return &Runs{kv: kv, specs: map[string]schemas.RunSpec{}}, nil
+	return &Runs{kv: kv, specs: map[string]schemas.RunSpec{}, drops: map[string]dropSeen{}}, nil
 }
 
 // Admit returns nil when c names an accepted run and one of its planned
@@ -50,6 +63,35 @@ func (r *Runs) Admit(ctx context.Context, c schemas.EpisodeClaim) error {
 		return Junk(JunkUnknownEpisode, err)
 	}
 	return nil
+}
+
+// Dropped reports whether run runID was cancelled with `medgym cancel
+// --drop` (RunStatus.Cancel is CancelDrop): its episodes in flight stop at
+// their next turn. The status is read at most once per DropCheckEvery per
+// run; an error means it could not be read (the caller retries).
+func (r *Runs) Dropped(ctx context.Context, runID string) (bool, error) {
+	r.mu.Lock()
+	d, ok := r.drops[runID]
+	r.mu.Unlock()
+	if ok && (d.dropped || time.Since(d.at) < DropCheckEvery) {
+		return d.dropped, nil // a drop is never undone
+	}
+	e, err := r.kv.Get(ctx, runID)
+	if err != nil {
+		return false, fmt.Errorf("read run status %s: %w", runID, err)
+	}
+	var st schemas.RunStatus
+	if err := json.Unmarshal(e.Value(), &st); err != nil {
+		return false, fmt.Errorf("decode run status %s: %w", runID, err)
+	}
+	d = dropSeen{dropped: st.Cancel == schemas.CancelDrop, at: time.Now()}
+	r.mu.Lock()
+	if len(r.drops) >= maxCachedRuns {
+		clear(r.drops)
+	}
+	r.drops[runID] = d
+	r.mu.Unlock()
+	return d.dropped, nil
 }
 
 func (r *Runs) spec(ctx context.Context, runID string) (schemas.RunSpec, error) {

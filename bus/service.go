@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -107,6 +108,25 @@ func portOf(addr string) string {
 	return addr
 }
 
+// Binary is a service binary: its name (which labels its connection and
+// every log line), the default of its --metrics (its own loopback port)
+// and its Config. A service's main is Binary.Main; its tests run the
+// binary in-process with Binary.Run.
+type Binary struct {
+	Name        string
+	MetricsAddr string
+	// Config returns a new, zero Config of the service.
+	Config func() Component
+}
+
+// Run runs the binary on args, getenv and stderr (RunService).
+func (b Binary) Run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	return RunService(ctx, b.Name, b.MetricsAddr, args, getenv, stderr, b.Config())
+}
+
+// Main is the binary's main: Main with Run.
+func (b Binary) Main() { Main(b.Name, b.Run) }
+
 // Main is a service binary's main: it calls run with the process's
 // arguments, environment and stderr under a context cancelled by SIGINT
 // or SIGTERM, and exits 1 after printing run's error.
@@ -116,6 +136,22 @@ func Main(name string, run func(ctx context.Context, args []string, getenv func(
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, name+":", err)
+		os.Exit(1)
+	}
+}
+
+// CommandMain is a command's main (medgym, trainer): it calls run with the
+// process's arguments, stdout and stderr under a context cancelled by
+// SIGINT or SIGTERM, and exits 1 after printing run's error, except for a
+// -h request (flag.ErrHelp), which has printed the usage already.
+func CommandMain(name string, run func(ctx context.Context, args []string, stdout, stderr io.Writer) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, name+":", err)
+		}
 		os.Exit(1)
 	}
 }

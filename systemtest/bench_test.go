@@ -17,6 +17,7 @@ package systemtest
 //     llm-worker, verifier and dispatcher.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -30,6 +31,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -152,13 +154,30 @@ func publishTimes(ctx context.Context, b *testing.B, conn *bus.Conn, stream, sub
 // The sandbox side is the sandbox-worker's delivery, workspace and process
 // set-up; the return path is the verifier's check of the run, the
 // llm-worker's state save, prompt and parse, and the bus hops.
+//
+// Sub-benchmarks: the warm pool (--warm, one ready server per episode in
+// flight) at 1 and at 4 episodes in flight, and cold bubblewrap at 4 for
+// scale. The exec duration the sandbox reports is whole milliseconds
+// (ExecResult.DurationMS, truncated), so the sandbox side overstates by
+// 0-1 ms, 0.5 ms on average. The model time left out of the return path
+// is the fake model's own handler time (timedModel), to the microsecond.
 func BenchmarkPipelineOverhead(b *testing.B) {
+	for _, c := range []struct {
+		name                string
+		warm, inFlight, eps int
+	}{{"warm/inflight=1", 1, 1, 12}, {"warm/inflight=4", 4, 4, 24}, {"cold/inflight=4", 0, 4, 24}} {
+		b.Run(c.name, func(b *testing.B) { pipelineOverhead(b, c.warm, c.inFlight, c.eps) })
+	}
+}
+
+func pipelineOverhead(b *testing.B, warm, inFlight, episodes int) {
 	ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
 	defer cancel()
 	work := benchWork(b)
 	f := benchFlags(b, work)
-	llm := script(codeReply("print(1)"), codeReply("print(2)"), codeReply("print(3)"),
-		codeReply("print(4)"), codeReply("print(5)"), answerReply)
+	model := &timedModel{h: fakellm.New(fakellm.Config{Policy: "script", Seed: 1, Model: "fake", Script: []string{
+		codeReply("print(1)"), codeReply("print(2)"), codeReply("print(3)"), codeReply("print(4)"), codeReply("print(5)"), answerReply}})}
+	llm := httptest.NewServer(model)
 	defer llm.Close()
 	ns, err := embedded.Start(embedded.Options{StoreDir: filepath.Join(work, "js")})
 	if err != nil {
@@ -175,12 +194,13 @@ func BenchmarkPipelineOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 	f.Sandbox.Concurrency = 4
+	f.Sandbox.Sandbox.Warm = warm
 	svcCtx, stop := context.WithCancel(ctx)
 	wait := cli.StartServices(svcCtx, conn, &f.ServiceFlags, "", logger)
 	defer func() { stop(); _ = wait() }()
 
 	f.NATS, f.Policy, f.LLMURL, f.Model = ns.ClientURL(), "openai", llm.URL+"/v1", "fake"
-	f.Limit, f.RunID, f.MaxInFlight, f.MaxTurns = 40, "bench-overhead", 4, 8
+	f.Limit, f.RunID, f.MaxInFlight, f.MaxTurns = episodes, "bench-overhead", inFlight, 8
 	spec, err := f.Spec()
 	if err != nil {
 		b.Fatal(err)
@@ -193,7 +213,8 @@ func BenchmarkPipelineOverhead(b *testing.B) {
 	rows := readRunTB(ctx, b, f.Store, f.RunID)
 	actions := publishTimes(ctx, b, conn, schemas.StreamActions, schemas.ActionRequested.For(f.RunID))
 	obs := publishTimes(ctx, b, conn, schemas.StreamObservations, schemas.ObservationProduced.For(f.RunID))
-	var side, ret, total, sandbox []float64
+	checked := publishTimes(ctx, b, conn, schemas.StreamChecks, schemas.ObservationChecked.For(f.RunID))
+	var side, ret, total, sandbox, verify, llmHop []float64
 	for _, r := range rows {
 		for i := 0; i+1 < len(r.Turns); i++ {
 			ta, ok1 := actions[fmt.Sprintf("%s/%d", r.EpisodeID, i)]
@@ -203,32 +224,85 @@ func BenchmarkPipelineOverhead(b *testing.B) {
 				continue
 			}
 			s := to.Sub(ta).Seconds()*1000 - float64(r.Turns[i].DurationMS)
-			p := tn.Sub(to).Seconds()*1000 - float64(r.Turns[i+1].LLMLatencyMS)
+			mt := model.tookMS(r.EpisodeID, i+1)
+			p := tn.Sub(to).Seconds()*1000 - mt
 			side, ret, total = append(side, s), append(ret, p), append(total, s+p)
 			sandbox = append(sandbox, float64(r.Turns[i].DurationMS))
+			// The return path's two legs: the verifier (observation to
+			// checked observation) and the llm-worker (to the next action).
+			if tc, ok := checked[fmt.Sprintf("%s/%d", r.EpisodeID, i)]; ok {
+				verify = append(verify, tc.Sub(to).Seconds()*1000)
+				llmHop = append(llmHop, tn.Sub(tc).Seconds()*1000-mt)
+			}
 		}
 	}
 	if len(total) == 0 {
 		b.Fatal("no turn pairs measured")
 	}
-	for _, xs := range [][]float64{side, ret, total, sandbox} {
+	for _, xs := range [][]float64{side, ret, total, sandbox, verify, llmHop} {
 		slices.Sort(xs)
 	}
 	eps := throughput(rows)
-	fmt.Printf("\npipeline overhead per turn (ms), %d turns of %d episodes, instant fake model, 4 episodes in flight, sandbox concurrency 4\n", len(total), len(rows))
+	fmt.Printf("\npipeline overhead per turn (ms), %d turns of %d episodes, instant fake model, %d episodes in flight, sandbox concurrency 4, warm pool %d\n", len(total), len(rows), inFlight, warm)
 	fmt.Printf("%-34s %8s %8s %8s\n", "", "p50", "p95", "p95/p50")
 	for _, l := range []struct {
 		name string
 		xs   []float64
 	}{{"sandbox side (minus exec time)", side}, {"return path (minus model time)", ret},
+		{"  verifier: observation to checked", verify}, {"  llm-worker: checked to next action", llmHop},
 		{"overhead (sum)", total}, {"sandbox exec time (for scale)", sandbox}} {
 		p50, p95 := quantile(l.xs, 0.5), quantile(l.xs, 0.95)
 		fmt.Printf("%-34s %8.1f %8.1f %8.2f\n", l.name, p50, p95, p95/max(p50, 1e-9))
 	}
 	fmt.Printf("episodes/s: %.2f (6 turns, 5 sandbox runs each)\n", eps)
+	b.ReportMetric(quantile(side, 0.5), "sandbox-p50-ms")
+	b.ReportMetric(quantile(ret, 0.5), "return-p50-ms")
 	b.ReportMetric(quantile(total, 0.5), "overhead-p50-ms")
 	b.ReportMetric(quantile(total, 0.95), "overhead-p95-ms")
 	b.ReportMetric(eps, "episodes/s")
+}
+
+// timedModel serves a fake model and records how long its handler took
+// for each (episode, turn): the model time the return path leaves out,
+// to the microsecond (the trajectory's llm_latency_ms is whole
+// milliseconds). The HTTP round trip to the model stays in the return path.
+type timedModel struct {
+	h    http.Handler
+	mu   sync.Mutex
+	took map[string]time.Duration
+}
+
+func (m *timedModel) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var req struct {
+		User     string `json:"user"`
+		Messages []struct {
+			Role string `json:"role"`
+		} `json:"messages"`
+	}
+	_ = json.Unmarshal(body, &req)
+	turn := 0
+	for _, msg := range req.Messages {
+		if msg.Role == "assistant" {
+			turn++
+		}
+	}
+	begin := time.Now()
+	m.h.ServeHTTP(w, r)
+	m.mu.Lock()
+	if m.took == nil {
+		m.took = map[string]time.Duration{}
+	}
+	m.took[fmt.Sprintf("%s/%d", req.User, turn)] = time.Since(begin)
+	m.mu.Unlock()
+}
+
+// tookMS is the model's time for an episode's turn, in milliseconds.
+func (m *timedModel) tookMS(episode string, turn int) float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.took[fmt.Sprintf("%s/%d", episode, turn)].Seconds() * 1000
 }
 
 func readRunTB(ctx context.Context, b *testing.B, storeURL, runID string) []parquet.Row {
@@ -257,12 +331,18 @@ type cluster struct {
 
 func newCluster(b *testing.B, work string) *cluster {
 	b.Helper()
+	return newClusterOn(b, work, "127.0.0.1")
+}
+
+// newClusterOn is newCluster with nats-server listening on host.
+func newClusterOn(b *testing.B, work, host string) *cluster {
+	b.Helper()
 	natsBin := filepath.Join(toolsDir(), "nats-server")
 	if _, err := os.Stat(natsBin); err != nil {
 		b.Skipf("nats-server not found at %s (run scripts/setup.sh)", natsBin)
 	}
 	bin := filepath.Join(work, "bin")
-	root := filepath.Dir(filepath.Dir(mustWd(b)))
+	root := repoRoot(b)
 	for _, s := range []string{"dispatcher", "llm-worker", "sandbox-worker", "verifier"} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, s), "./services/"+s)
 		cmd.Dir = root
@@ -274,13 +354,13 @@ func newCluster(b *testing.B, work string) *cluster {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		b.Fatal(err)
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	host, port, _ := net.SplitHostPort(addr)
+	_, port, _ := net.SplitHostPort(addr)
 	c := &cluster{b: b, work: work, bin: bin, url: "nats://" + addr, data: tasks.DataRoot(), log: logf}
 	b.Cleanup(c.stopAll)
 	c.start(natsBin, "-js", "-a", host, "-p", port, "-sd", filepath.Join(work, "nats"))
@@ -302,14 +382,6 @@ func toolsDir() string {
 	}
 	home, _ := os.UserHomeDir()
 	return filepath.Join(home, ".cache", "medgym", "bin")
-}
-
-func mustWd(b *testing.B) string {
-	wd, err := os.Getwd()
-	if err != nil {
-		b.Fatal(err)
-	}
-	return wd
 }
 
 // start runs a process (a service binary name or a path) that dies with the benchmark.
@@ -441,10 +513,14 @@ func BenchmarkConcurrentEpisodes(b *testing.B) {
 		"verifier": c.start("verifier", "--data", c.data, "--library", f.Library, "--store", f.Store, "--concurrency", "64"),
 	}
 	c.sandboxWorker(0, 2)
-	var inflight, peak atomic.Int64
+	var inflight, peak, firstReq, lastReq atomic.Int64
 	fake := fakellm.New(fakellm.Config{Policy: "script", Script: []string{answerReply}, Seed: 1, Model: "fake",
 		LatencyMean: time.Second})
 	llm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		now := time.Now().UnixNano()
+		firstReq.CompareAndSwap(0, now)
+		for l := lastReq.Load(); now > l && !lastReq.CompareAndSwap(l, now); l = lastReq.Load() {
+		}
 		n := inflight.Add(1)
 		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 		}
@@ -474,6 +550,14 @@ func BenchmarkConcurrentEpisodes(b *testing.B) {
 	rows := readRunTB(ctx, b, f.Store, f.RunID)
 	fmt.Printf("\n1,000 concurrent episodes, fake model with 1 s latency: %d episodes (%d correct/%d infra), wall %.1f s incl. submit and read-back, %.1f episodes/s (first start to last end), peak %d model requests in flight\n",
 		res.Total, res.Outcomes[schemas.OutcomeCorrect], res.Outcomes[schemas.OutcomeInfraFailure], wall.Seconds(), throughput(rows), peak.Load())
+	// With a fixed 1 s model latency, the first request ends 1 s after it
+	// began: all 1,000 are in flight at once only if the pipeline admits
+	// them (dispatch, the llm-worker's start and state save, the prompt)
+	// within that second.
+	ramp := time.Duration(lastReq.Load() - firstReq.Load())
+	fmt.Printf("model requests began over %.2f s (%.0f episodes admitted per second); with a 1 s model latency all are in flight at once only under 1 s\n",
+		ramp.Seconds(), float64(res.Total)/max(ramp.Seconds(), 1e-9))
+	b.ReportMetric(ramp.Seconds(), "admission-s")
 	fmt.Printf("%-12s %14s %14s %18s\n", "process", "idle RSS MiB", "peak RSS MiB", "KiB per episode")
 	for _, name := range []string{"llm-worker", "verifier", "dispatcher"} {
 		hwm := procStatus(procs[name].Process.Pid, "VmHWM")

@@ -2,34 +2,15 @@ package systemtest
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/tasks"
-)
 
-// upstreamFolder is a MedAgentGym task folder as a user has it: one task
-// file, <dataset>/<file>, copied from the fixture folder fixture under
-// tasks/testdata.
-func upstreamFolder(t *testing.T, fixture, dataset, file string) string {
-	t.Helper()
-	src, err := os.ReadFile(filepath.Join("..", "tasks", "testdata", fixture, dataset, file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, dataset), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, dataset, file), src, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
+	"github.com/medgym/medgym/tasks/taskstest"
+)
 
 // TestBioCoderGraded plays BioCoder tasks through the whole pipeline: the
 // agent's function runs inside the task's context in the sandbox, and
@@ -39,7 +20,7 @@ func upstreamFolder(t *testing.T, fixture, dataset, file string) string {
 func TestBioCoderGraded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	dir := upstreamFolder(t, "upstream-biocoder", "biocoder", "test_tasks.jsonl")
+	dir := taskstest.UpstreamFolder(t, "upstream-biocoder", "biocoder", "test_tasks.jsonl")
 	// Before reference-outputs: the loader marks the outputs missing.
 	ts, err := tasks.LoadUpstream(ctx, tasks.Source{Dataset: "biocoder", Split: "test", TasksDir: dir})
 	if err != nil || len(ts) != 3 || ts[0].Truth.Extra["reference_output"] != "missing" || ts[0].View.Harness == "" {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +16,8 @@ import (
 	"github.com/medgym/medgym/bus/embedded"
 	"github.com/medgym/medgym/cmd/medgym/cli"
 	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/schemas/parquet"
+	"github.com/medgym/medgym/services/llm-worker/fakellm"
 	"github.com/medgym/medgym/store"
 )
 
@@ -224,4 +228,93 @@ func TestCancelEmbeddedState(t *testing.T) {
 	if err != nil || left != 0 {
 		t.Fatalf("requests left: %d, %v", left, err)
 	}
+}
+
+// TestCancelDropStopsInFlight (robust item 2): `medgym cancel --drop`
+// withdrew only the requests no worker had taken; an episode already
+// running went on to its turn limit. Now the llm-worker reads the run's
+// status at each turn boundary: the episodes in flight (a slow fake model
+// whose every program is wrong, so each would run its 30 turns) stop at
+// their next observation and are stored once as infra_failure, saying so,
+// with the turns they had. The positive control is the turn count: run to
+// the end they would have 30.
+func TestCancelDropStopsInFlight(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const maxTurns = 30
+	script := make([]string, maxTurns)
+	for i := range script {
+		script[i] = actionJSON("validate_code", "code", fmt.Sprintf("print(%d)", 100000+i))
+	}
+	fake := fakellm.New(fakellm.Config{Script: script, LatencyMean: 150 * time.Millisecond, Model: "fake"})
+	llm := httptest.NewServer(fake)
+	defer llm.Close()
+	f := baseFlags(t)
+	ns, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	f.NATS = ns.ClientURL()
+	conn, err := bus.Connect(ctx, f.NATS, "test", cli.NewLogger(io.Discard, "error"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const inFlight = 2
+	f.Policy, f.LLMURL, f.Model, f.MaxTurns = "openai", llm.URL+"/v1", "fake", maxTurns
+	f.Limit, f.RunID, f.MaxInFlight = 6, "dropme", inFlight
+	r := startRun(t, ctx, conn, f, io.Discard)
+	// Both episodes in flight are a few turns in.
+	for fake.Stats().Requests < 3*inFlight {
+		select {
+		case <-r.done:
+			t.Fatalf("run ended early: %+v %v", r.res, r.err)
+		case <-ctx.Done():
+			t.Fatal("the episodes never got going")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	var out, errOut bytes.Buffer
+	if err := cli.Run(ctx, []string{"cancel", "--drop", "--nats", f.NATS, "--store", f.Store, "dropme"}, &out, &errOut); err != nil {
+		t.Fatalf("cancel --drop: %v\n%s", err, errOut.String())
+	}
+	<-r.done
+	if r.err == nil || !strings.Contains(r.err.Error(), "was cancelled") {
+		t.Fatalf("medgym run after cancel: %+v, err %v", r.res, r.err)
+	}
+	// The episodes in flight are stored once they reach their next turn.
+	var rows []parquet.Row
+	for {
+		if rows = readRunMaybe(ctx, f.Store, "dropme"); len(rows) >= inFlight {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d of the %d episodes in flight stored after the drop", len(rows), inFlight)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if len(rows) != inFlight {
+		t.Fatalf("%d rows stored, want the %d episodes in flight", len(rows), inFlight)
+	}
+	for _, row := range rows {
+		if row.Outcome != string(schemas.OutcomeInfraFailure) || !strings.Contains(row.Error, "cancel --drop") || row.NumTurns < 1 || row.NumTurns >= maxTurns {
+			t.Errorf("episode %s: outcome %s after %d turns (%q); want infra_failure saying cancel --drop, before turn %d",
+				row.EpisodeID, row.Outcome, row.NumTurns, row.Error, maxTurns)
+		}
+	}
+}
+
+// readRunMaybe reads a run's rows, or none while the store has none.
+func readRunMaybe(ctx context.Context, storeURL, runID string) []parquet.Row {
+	st, err := store.Open(ctx, storeURL, store.Options{})
+	if err != nil {
+		return nil
+	}
+	rows, _ := st.ReadRun(ctx, runID)
+	return rows
 }

@@ -24,16 +24,13 @@ import (
 )
 
 // repoRoot is the directory holding go.work.
-func repoRoot(t *testing.T) string {
+func repoRoot(t testing.TB) string {
 	t.Helper()
-	wd, _ := os.Getwd()
-	for d := wd; filepath.Dir(d) != d; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
-			return d
-		}
+	d := tasks.RepoRoot()
+	if d == "" {
+		t.Fatal("no go.work above the test directory")
 	}
-	t.Fatal("no go.work above the test directory")
-	return ""
+	return d
 }
 
 // natsServerBinary finds the nats-server v2.15 built by scripts/setup.sh.
@@ -174,7 +171,11 @@ type procCluster struct {
 
 // startProcCluster starts nats-server, waits until it listens, then starts
 // the services. Cleanup stops them and, on failure, prints the logs' tail.
-func startProcCluster(t *testing.T) *procCluster {
+func startProcCluster(t *testing.T) *procCluster { return newProcCluster(t, true) }
+
+// newProcCluster is startProcCluster; without natsFirst the services start
+// while nats-server does not run yet (c.nats.start starts it).
+func newProcCluster(t *testing.T, natsFirst bool) *procCluster {
 	t.Helper()
 	natsBin := natsServerBinary(t)
 	bin := buildBinaries(t)
@@ -190,7 +191,9 @@ func startProcCluster(t *testing.T) *procCluster {
 	c := &procCluster{t: t, work: work, addr: addr, url: "nats://" + addr, data: dataRoot(t),
 		store: filepath.Join(work, "store"), library: filepath.Join(work, "library"), log: logf}
 	c.nats = &proc{t: t, name: "nats-server", log: logf, args: []string{natsBin, "-js", "-a", host, "-p", port, "-sd", filepath.Join(work, "nats")}}
-	c.nats.start()
+	if natsFirst {
+		c.nats.start()
+	}
 	t.Cleanup(func() { c.nats.stop(); logf.Close() })
 	if err := os.MkdirAll(tasks.AgentTree(c.library), 0o755); err != nil {
 		t.Fatal(err)
@@ -214,7 +217,9 @@ func startProcCluster(t *testing.T) *procCluster {
 		"sandbox-worker2": mk("sandbox-worker2", "--agent-tree", tasks.AgentTree(library), "--work-root", wr(2), "--ack-wait", "4s"),
 		"verifier":        mk("verifier", "--data", data, "--library", library, "--store", c.store, "--ack-wait", "4s", "--concurrency", "8"),
 	}
-	waitListening(t, addr)
+	if natsFirst {
+		waitListening(t, addr)
+	}
 	for _, p := range c.procs {
 		p.start()
 	}

@@ -33,14 +33,14 @@ import (
 // test's own namespace, which has the bridge's address .1 and so reaches
 // every host. Nothing routes off the bridge: no traffic leaves the machine.
 type netLab struct {
-	t      *testing.T
+	t      testing.TB
 	id     string // short random tag in every name, so parallel runs never meet
 	subnet string // "10.231.X"
 	bridge string
 	hosts  map[string]int // namespace → last octet
 }
 
-func run1(t *testing.T, args ...string) {
+func run1(t testing.TB, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
@@ -49,7 +49,7 @@ func run1(t *testing.T, args ...string) {
 
 // newNetLab makes the bridge, or skips the test where it cannot (not root,
 // no ip(8)).
-func newNetLab(t *testing.T) *netLab {
+func newNetLab(t testing.TB) *netLab {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the cluster test makes network namespaces: run it as root")

@@ -13,7 +13,7 @@ func DataRoot() string {
 	if d := os.Getenv("MEDGYM_DATA"); d != "" {
 		return d
 	}
-	if repo := repoRoot(); repo != "" {
+	if repo := RepoRoot(); repo != "" {
 		return filepath.Join(repo, "..", "shared", "data")
 	}
 	return filepath.Join("..", "shared", "data")
@@ -26,15 +26,15 @@ func LibraryDir() string {
 	if d := os.Getenv("MEDGYM_LIBRARY"); d != "" {
 		return d
 	}
-	if repo := repoRoot(); repo != "" {
+	if repo := RepoRoot(); repo != "" {
 		return filepath.Join(repo, "build", "library")
 	}
 	return filepath.Join("build", "library")
 }
 
-// repoRoot is the nearest directory above the working directory holding
+// RepoRoot is the nearest directory above the working directory holding
 // go.work, or "".
-func repoRoot() string {
+func RepoRoot() string {
 	dir, err := os.Getwd()
 	if err != nil {
 		return ""

@@ -1,7 +1,10 @@
 // Package tasks is medgym's task library: it loads built-in task sets
 // generated from public biomedical data and upstream MedAgentGym task folders,
 // and gives each task its agent-visible view, its ground truth and its
-// reference solution.
+// reference solution. It imports the standard library and schemas only, so
+// every service can load tasks without linking the generators: those live
+// in package generate (tasks/generate: SQLite, gonum), which only the
+// operator CLI (`medgym tasks generate`) imports.
 //
 // The generated library is two trees (docs/adr/0008-agent-and-verifier-trees.md):
 // <library>/agent holds what agent code may read (databases, CSVs, notes)

@@ -201,7 +201,7 @@ func StageUpstream(tasksDir, dst string) (schemas.TreeHashes, error) {
 		if err := os.Link(p, out); err == nil {
 			return nil
 		}
-		return copyStream(p, out)
+		return CopyFile(p, out)
 	})
 	if err != nil {
 		return schemas.TreeHashes{}, fmt.Errorf("stage upstream %s: %w", tasksDir, err)
@@ -235,9 +235,9 @@ func UpstreamHashes(tasksDir string) (schemas.TreeHashes, error) {
 	return schemas.TreeHashes{Agent: agent.Hash, Verifier: ver.Hash}, nil
 }
 
-// copyStream copies a file without holding it in memory (upstream data
+// CopyFile copies a file without holding it in memory (upstream data
 // can be large).
-func copyStream(src, dst string) error {
+func CopyFile(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -254,9 +254,9 @@ func copyStream(src, dst string) error {
 	return out.Close()
 }
 
-// oldLayout reports whether lib holds a library generated before the split
+// OldLayout reports whether lib holds a library generated before the split
 // (<lib>/<dataset>/<split>.jsonl next to the data).
-func oldLayout(lib, dataset string) bool {
+func OldLayout(lib, dataset string) bool {
 	_, err := os.Stat(filepath.Join(lib, dataset, "test.jsonl"))
 	return err == nil
 }

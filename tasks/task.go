@@ -60,6 +60,20 @@ type Source struct {
 	LibraryDir string
 }
 
+// The generated datasets' names (package generate builds them).
+const (
+	// ClinicalMLDataset is the generated clinical prediction task set:
+	// binary classification on real clinical data sets, scored from a
+	// predictions file over every test row (AnswerPredictions).
+	ClinicalMLDataset = "clinical_ml"
+	// EHRSQL2024Dataset is the EHRSQL 2024 task set.
+	EHRSQL2024Dataset = "ehrsql2024"
+	// TREQSDataset is the TREQS task set.
+	TREQSDataset = "treqs"
+	// NPowerDataset is the N-PowerAI-style power/sample-size set.
+	NPowerDataset = "npowerai"
+)
+
 // ErrUnknownDataset is returned for a dataset name no loader knows.
 var ErrUnknownDataset = errors.New("unknown dataset")
 

@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -318,7 +320,7 @@ func UpstreamSplits(dir, dataset string, splits []string) (present, missing []st
 }
 
 // UpstreamDatasets lists the upstream dataset names LoadUpstream reads.
-func UpstreamDatasets() []string { return sortedKeys(upstreamSpecs) }
+func UpstreamDatasets() []string { return slices.Sorted(maps.Keys(upstreamSpecs)) }
 
 // UpstreamFile returns the file LoadUpstream reads for dataset and split,
 // relative to TasksDir.
@@ -440,14 +442,14 @@ func goldTruth(vals []string) Truth {
 		case regexp.MustCompile(`^-?[0-9]+$`).MatchString(v):
 			tr.Type = schemas.AnswerInteger
 		case isFloat(v):
-			tr.Type, tr.Tolerance = schemas.AnswerNumber, ehrsqlTolerance
+			tr.Type, tr.Tolerance = schemas.AnswerNumber, EHRSQLTolerance
 		case strings.EqualFold(v, "true") || strings.EqualFold(v, "false"):
 			tr.Type, tr.Answer = schemas.AnswerBoolean, strings.ToLower(v)
 		default:
 			tr.Type = schemas.AnswerString
 		}
 	default:
-		tr.Type, tr.Tolerance = schemas.AnswerList, ehrsqlTolerance
+		tr.Type, tr.Tolerance = schemas.AnswerList, EHRSQLTolerance
 		b, _ := json.Marshal(vals)
 		tr.Answer = string(b)
 	}
@@ -523,7 +525,7 @@ func upEHRSQL(r upRow, c *upCtx) (Task, error) {
 	return Task{
 		View: schemas.TaskView{
 			Category: tag, Question: q, Instruction: upEHRInstruction(c.dataset, tables, ""),
-			Resources: []string{c.dataset}, PermittedActions: append([]string(nil), ehrsqlActions...),
+			Resources: []string{c.dataset}, PermittedActions: append([]string(nil), EHRSQLActions...),
 		},
 		Truth: tr,
 	}, nil
@@ -543,16 +545,16 @@ func upTREQS(r upRow, c *upCtx) (Task, error) {
 	if err != nil {
 		return Task{}, err
 	}
-	tables := make([]string, len(treqsSchema))
-	for i, t := range treqsSchema {
-		tables[i] = t.name + ": " + strings.Join(t.cols, ", ")
+	tables := make([]string, len(TREQSSchema))
+	for i, t := range TREQSSchema {
+		tables[i] = t.Name + ": " + strings.Join(t.Cols, ", ")
 	}
 	tr := goldTruth(vals)
 	tr.Extra = map[string]string{"sql": query}
 	return Task{
 		View: schemas.TaskView{
 			Category: upSQLAgg(query), Question: q, Instruction: upEHRInstruction(c.dataset, tables, ""),
-			Resources: []string{c.dataset}, PermittedActions: append([]string(nil), ehrsqlActions...),
+			Resources: []string{c.dataset}, PermittedActions: append([]string(nil), EHRSQLActions...),
 		},
 		Truth: tr,
 	}, nil
@@ -902,7 +904,7 @@ func upSeqSQL(r upRow, _ *upCtx) (Task, error) {
 	tr := goldTruth(vals)
 	return Task{
 		View: schemas.TaskView{Question: q, Instruction: upEHRInstruction("mimic_iii", upMIMICTables, ""),
-			Resources: []string{"mimic_iii"}, PermittedActions: append([]string(nil), ehrsqlActions...)},
+			Resources: []string{"mimic_iii"}, PermittedActions: append([]string(nil), EHRSQLActions...)},
 		Truth: tr,
 	}, nil
 }

@@ -87,6 +87,23 @@ var ErrStale = errors.New("stale observation")
 // turn that is not pending returns ErrStale with the unchanged state; the
 // caller re-publishes st's pending message.
 func (e *Engine) Continue(ctx context.Context, st schemas.EpisodeState, obs schemas.Observation) (schemas.EpisodeState, Step, error) {
+	return e.fold(st, obs, func(st schemas.EpisodeState) (schemas.EpisodeState, Step, error) { return e.advance(ctx, st) })
+}
+
+// Stop folds obs into st as Continue does (the turn is kept), then ends
+// the episode as an infrastructure failure with msg instead of sampling
+// the next step: its run was cancelled with --drop. An episode the
+// observation ends anyway (accepted, sandbox error) ends as it would.
+func (e *Engine) Stop(st schemas.EpisodeState, obs schemas.Observation, msg string) (schemas.EpisodeState, Step, error) {
+	return e.fold(st, obs, func(st schemas.EpisodeState) (schemas.EpisodeState, Step, error) {
+		return e.finish(st, schemas.EndInfraFailure, "", msg)
+	})
+}
+
+// fold folds obs into st and takes the next step with next unless the
+// observation ends the episode.
+func (e *Engine) fold(st schemas.EpisodeState, obs schemas.Observation,
+	next func(schemas.EpisodeState) (schemas.EpisodeState, Step, error)) (schemas.EpisodeState, Step, error) {
 	if st.Result != nil || st.PendingAction == nil || st.PendingAction.Ref.Turn != obs.Ref.Turn {
 		return st, Step{}, ErrStale
 	}
@@ -121,7 +138,7 @@ func (e *Engine) Continue(ctx context.Context, st schemas.EpisodeState, obs sche
 	if obs.Check != nil && obs.Check.Accepted && st.Request.Options.EndOn != schemas.EndOnAnswer {
 		return e.finish(st, schemas.EndAccepted, obs.Check.Answer, "")
 	}
-	return e.advance(ctx, st)
+	return next(st)
 }
 
 // Resume takes the next policy step of an episode that awaits an outside

@@ -6,24 +6,8 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
+	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/cmd/medgym/cli"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "medgym:", err)
-		}
-		os.Exit(1)
-	}
-}
+func main() { bus.CommandMain("medgym", cli.Run) }

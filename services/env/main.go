@@ -3,16 +3,6 @@
 // that run their own rollout loop. See README.md.
 package main
 
-import (
-	"context"
-	"io"
+import "github.com/medgym/medgym/services/env/env"
 
-	"github.com/medgym/medgym/bus"
-	"github.com/medgym/medgym/services/env/env"
-)
-
-func main() { bus.Main("env-server", run) }
-
-func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	return bus.RunService(ctx, "env-server", "127.0.0.1:9105", args, getenv, stderr, &env.Config{})
-}
+func main() { env.Binary.Main() }

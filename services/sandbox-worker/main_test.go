@@ -5,12 +5,13 @@ import (
 	"testing"
 
 	"github.com/medgym/medgym/bus/bustest"
+	"github.com/medgym/medgym/services/sandbox-worker/sandboxworker"
 )
 
 // TestMetricsOnLoopbackByDefault (issue 13 item 10): /metrics and /healthz
 // bound [::] by default.
 func TestMetricsOnLoopbackByDefault(t *testing.T) {
-	bustest.CheckMetricsOnLoopback(t, run, "127.0.0.1:9103")
+	bustest.CheckMetricsOnLoopback(t, sandboxworker.Binary.Run, sandboxworker.Binary.MetricsAddr)
 }
 
 // TestManyWorkersOnOneHost (issue 17): a second `sandbox-worker --nats URL`
@@ -27,5 +28,5 @@ func TestManyWorkersOnOneHost(t *testing.T) {
 	if err := os.Chmod(tree, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	bustest.CheckManyPerHost(t, run, "sandbox-worker running", os.Getenv, "--agent-tree", tree)
+	bustest.CheckManyPerHost(t, sandboxworker.Binary.Run, "sandbox-worker running", os.Getenv, "--agent-tree", tree)
 }

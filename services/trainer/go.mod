@@ -28,6 +28,7 @@ require (
 	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/klauspost/crc32 v1.3.0 // indirect
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
+	github.com/medgym/medgym/tasks v0.0.0-00010101000000-000000000000
 	github.com/minio/crc64nvme v1.1.1 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/minio/md5-simd v1.1.2 // indirect
@@ -69,3 +70,5 @@ replace (
 	github.com/medgym/medgym/schemas/parquet => ../../schemas/parquet
 	github.com/medgym/medgym/store => ../../store
 )
+
+replace github.com/medgym/medgym/tasks => ../../tasks

@@ -17,25 +17,16 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
+	"time"
 
+	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/services/trainer/online"
 	"github.com/medgym/medgym/services/trainer/train"
 	"github.com/medgym/medgym/store"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "trainer:", err)
-		}
-		os.Exit(1)
-	}
-}
+func main() { bus.CommandMain("trainer", run) }
 
 const usage = "usage: trainer build --store URL --out DIR [flags] | trainer train --mode M --data FILE --out DIR [flags] | trainer score --store URL --run ID --adapter DIR --out FILE | trainer online --config FILE"
 
@@ -122,8 +113,16 @@ func cmdOnline(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.SetOutput(stderr)
 	cfgPath := fs.String("config", "", "config file (JSON or YAML)")
 	level := fs.String("log", "info", "log level: debug, info, warn, error")
+	var tlsFiles bus.TLS
+	tlsFiles.RegisterFlags(fs, os.Getenv)
+	var wait time.Duration
+	var waitErr error
+	bus.RegisterConnectTimeout(fs, os.Getenv, &wait, &waitErr)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if waitErr != nil {
+		return fmt.Errorf("online: %w", waitErr)
 	}
 	if *cfgPath == "" {
 		return errors.New("online: --config is required")
@@ -137,6 +136,6 @@ func cmdOnline(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
-	_, err = online.Run(ctx, cfg, stdout, log)
+	_, err = online.Run(ctx, cfg, stdout, log, bus.WithTLS(tlsFiles), bus.WithConnectTimeout(wait))
 	return err
 }

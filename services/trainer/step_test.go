@@ -2,13 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/medgym/medgym/services/trainer/trainertest"
+	"github.com/medgym/medgym/services/trainer/worker"
 )
 
 // python is the interpreter with torch (the project venv; see
@@ -88,26 +91,48 @@ func TestTrainStepLosses(t *testing.T) {
 	}
 }
 
-// TestTrainStepHF runs python/hf_check.py: the hf backend (transformers and
-// peft from the project venv, the GPU machine's versions) on a tiny random
-// Llama built locally, on the CPU: loss masks, the three losses, peft
-// adapter output and a resume.
-func TestTrainStepHF(t *testing.T) {
+// TestGPUCheckTiny runs python/gpu_check.sh --tiny, the GPU check a
+// session with a device runs, at tiny sizes on the CPU: hf_check.py (the hf
+// backend, transformers and peft from the project venv, on a tiny random
+// Llama: loss masks, the three losses, the resident worker and its policy
+// server, peft adapter output, a resume) and gpu_bench.py (both training
+// paths and generation from the worker's server); the summary line must
+// report success and the benchmark's figures.
+func TestGPUCheckTiny(t *testing.T) {
 	py := python(t, "transformers", "peft")
-	out, err := exec.Command(py, "python/hf_check.py", "--work", t.TempDir()).CombinedOutput()
+	cmd := exec.Command("python/gpu_check.sh", "--tiny", "--work", t.TempDir())
+	cmd.Env = append(os.Environ(), "MEDGYM_PYTHON="+py)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("hf_check: %v\n%s", err, out)
+		t.Fatalf("gpu_check: %v\n%s", err, out)
 	}
-	t.Logf("%s", out)
+	lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
+	var sum struct {
+		Check struct {
+			OK    bool `json:"ok"`
+			Bench struct {
+				ResidentFixed   *float64 `json:"resident_fixed_s_per_iteration"`
+				PerProcessFixed *float64 `json:"per_process_fixed_s_per_iteration"`
+				TokensPerS      *float64 `json:"tokens_per_s"`
+				ServeTokensPerS *float64 `json:"serve_tokens_per_s"`
+			} `json:"bench"`
+		} `json:"gpu_check"`
+	}
+	if err := json.Unmarshal(lines[len(lines)-1], &sum); err != nil || !sum.Check.OK {
+		t.Fatalf("summary %v:\n%s", err, out)
+	}
+	b := sum.Check.Bench
+	if b.ResidentFixed == nil || b.PerProcessFixed == nil || b.TokensPerS == nil || *b.TokensPerS <= 0 ||
+		b.ServeTokensPerS == nil || *b.ServeTokensPerS <= 0 {
+		t.Fatalf("benchmark figures missing: %s", lines[len(lines)-1])
+	}
+	t.Logf("%s", lines[len(lines)-1])
 }
 
-// TestTrainStepDataParallel runs train_step.py under torchrun with 2 ranks
-// (gloo, CPU), each on its half of the toy GRPO batch: both ranks end with
-// the same weights, equal within float tolerance to one process trained on
-// the whole batch, and unlike a run on either half alone.
-func TestTrainStepDataParallel(t *testing.T) {
-	py := python(t)
-	dir := t.TempDir()
+// halfBatch writes the even records of testdata/toy_grpo.jsonl (one of two
+// data-parallel shards) to dir/half.jsonl.
+func halfBatch(t *testing.T, dir string) string {
+	t.Helper()
 	recs, err := os.ReadFile("testdata/toy_grpo.jsonl")
 	if err != nil {
 		t.Fatal(err)
@@ -122,20 +147,14 @@ func TestTrainStepDataParallel(t *testing.T) {
 	if err := os.WriteFile(half, even, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	step := []string{"python/train_step.py", "--mode", "grpo", "--backend", "tiny", "--steps", "3", "--micro-batch", "2"}
-	runStep := func(launcher []string, data, out string) {
-		t.Helper()
-		args := append(append(append([]string(nil), launcher...), step...), "--data", data, "--out", out)
-		cmd := exec.Command(py, args...)
-		cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, b)
-		}
-	}
-	torchrun := []string{"-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"}
-	runStep(torchrun, "testdata/toy_grpo.jsonl", filepath.Join(dir, "ddp"))
-	runStep(nil, "testdata/toy_grpo.jsonl", filepath.Join(dir, "union"))
-	runStep(nil, half, filepath.Join(dir, "half"))
+	return half
+}
+
+// checkDataParallel compares tiny checkpoints under dir: ddp (rank 0) and
+// ddp.rank1 equal, equal within tolerance to union (one process on the
+// whole batch), far from half (one process on rank 0's shard).
+func checkDataParallel(t *testing.T, py, dir string) {
+	t.Helper()
 	cmp := `import json, sys, torch
 a, b = (torch.load(p + "/model.pt") for p in sys.argv[1:3])
 print(json.dumps(max((a[k] - b[k]).abs().max().item() for k in a)))`
@@ -156,4 +175,79 @@ print(json.dumps(max((a[k] - b[k]).abs().max().item() for k in a)))`
 	if ranks > 1e-6 || union > 1e-4 || alone < 100*max(union, 1e-6) {
 		t.Fatalf("rank 0 vs rank 1 %g (want ≈ 0), vs the union %g (want < 1e-4), vs a half %g (want far larger)", ranks, union, alone)
 	}
+}
+
+var torchrun = []string{"-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"}
+
+// TestTrainStepDataParallel runs train_step.py under torchrun with 2 ranks
+// (gloo, CPU), each on its half of the toy GRPO batch: both ranks end with
+// the same weights, equal within float tolerance to one process trained on
+// the whole batch, and unlike a run on either half alone.
+func TestTrainStepDataParallel(t *testing.T) {
+	py := python(t)
+	dir := t.TempDir()
+	half := halfBatch(t, dir)
+	step := []string{"python/train_step.py", "--mode", "grpo", "--backend", "tiny", "--steps", "3", "--micro-batch", "2"}
+	runStep := func(launcher []string, data, out string) {
+		t.Helper()
+		args := append(append(append([]string(nil), launcher...), step...), "--data", data, "--out", out)
+		cmd := exec.Command(py, args...)
+		cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, b)
+		}
+	}
+	runStep(torchrun, "testdata/toy_grpo.jsonl", filepath.Join(dir, "ddp"))
+	runStep(nil, "testdata/toy_grpo.jsonl", filepath.Join(dir, "union"))
+	runStep(nil, half, filepath.Join(dir, "half"))
+	checkDataParallel(t, py, dir)
+}
+
+// TestResidentWorkerDataParallel runs the resident worker under torchrun
+// with 2 ranks (gloo, CPU) through the Go client: rank 0 reads each request
+// and hands it to rank 1, each trains on its shard; after two requests (the
+// optimiser state carried from the first to the second) both ranks hold the
+// same weights, equal within tolerance to one worker given the whole batch,
+// and unlike one given rank 0's half alone.
+func TestResidentWorkerDataParallel(t *testing.T) {
+	py := python(t)
+	t.Setenv("OMP_NUM_THREADS", "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	half := halfBatch(t, dir)
+	steps, mb := 2, 2
+	run := func(launcher []string, data, out string) {
+		t.Helper()
+		cmd := append(append([]string{py}, launcher...), "python/worker.py", "--backend", "tiny")
+		p, err := worker.Start(ctx, cmd, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Kill()
+		want := 1
+		if launcher != nil {
+			want = 2
+		}
+		if p.Ready.World != want {
+			t.Fatalf("worker world %d, want %d", p.Ready.World, want)
+		}
+		for i := range 2 {
+			res, err := p.Train(ctx, worker.TrainRequest{Mode: "grpo", Data: data, Out: filepath.Join(dir, out),
+				Recipe: worker.Recipe{Steps: &steps, MicroBatch: &mb}})
+			if err != nil {
+				t.Fatalf("request %d: %v", i, err)
+			}
+			if res.Metrics["steps"] != 2.0 {
+				t.Fatalf("metrics %v", res.Metrics)
+			}
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(torchrun, "testdata/toy_grpo.jsonl", "ddp")
+	run(nil, "testdata/toy_grpo.jsonl", "union")
+	run(nil, half, "half")
+	checkDataParallel(t, py, dir)
 }

@@ -30,34 +30,37 @@ import (
 // shared service flags, and where to run (--nats, --state).
 type RunFlags struct {
 	ServiceFlags
-	NATS         string
-	State        string
-	RunID        string
-	Datasets     string
-	Split        string
-	Limit        int
-	Seed         int64
-	Categories   string
-	TaskIDs      string
-	Samples      int
-	Temperatures string
-	PolicySeed   *int64
-	Policy       string
-	LLMURL       string
-	Model        string
-	APIKeyEnv    string
-	MaxTokens    int
-	Logprobs     bool
-	MaxTurns     int
-	EndOn        string
-	ShowVerdict  bool
-	LoopGuard    string
-	VerifierMode string
-	ActionTO     int
-	EpisodeTO    int
-	MaxInFlight  int
-	Quiet        bool
-	SpecFile     string
+	NATS  string
+	State string
+	// ConnectTimeout bounds the wait for a --nats server that is not
+	// reachable yet (default 1m; 0: wait until stopped).
+	ConnectTimeout time.Duration
+	RunID          string
+	Datasets       string
+	Split          string
+	Limit          int
+	Seed           int64
+	Categories     string
+	TaskIDs        string
+	Samples        int
+	Temperatures   string
+	PolicySeed     *int64
+	Policy         string
+	LLMURL         string
+	Model          string
+	APIKeyEnv      string
+	MaxTokens      int
+	Logprobs       bool
+	MaxTurns       int
+	EndOn          string
+	ShowVerdict    bool
+	LoopGuard      string
+	VerifierMode   string
+	ActionTO       int
+	EpisodeTO      int
+	MaxInFlight    int
+	Quiet          bool
+	SpecFile       string
 	// upstreamCompat starts the options from schemas.UpstreamOptions;
 	// explicit holds the flags given on the command line (set by cmdRun),
 	// so that one contradicting upstream's rules is an error, and so that
@@ -74,6 +77,7 @@ func (f *RunFlags) Register(fs *flag.FlagSet) {
 	f.ServiceFlags.Register(fs)
 	fs.StringVar(&f.NATS, "nats", "", "NATS URL of running services, or several seed URLs of a cluster comma-separated (default: embedded server and in-process services)")
 	fs.StringVar(&f.State, "state", ".medgym", "directory for the embedded JetStream file store")
+	fs.DurationVar(&f.ConnectTimeout, "connect-timeout", time.Minute, "with --nats: "+bus.ConnectTimeoutUsage+" (0: wait until stopped)")
 	fs.StringVar(&f.RunID, "run-id", "", "run id (default: generated); resubmitting the same id continues that run")
 	fs.StringVar(&f.Datasets, "dataset", "medcalcbench", "dataset(s), comma separated")
 	fs.StringVar(&f.Split, "split", "test", "split: test or train")
@@ -187,6 +191,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if f.NATS == "" && f.Streams.Replicas > 1 {
 		return fmt.Errorf("--replicas %d needs --nats: the embedded server is a single node (R1)", f.Streams.Replicas)
+	}
+	if f.ConnectTimeout < 0 {
+		return fmt.Errorf("--connect-timeout %s: must be ≥ 0 (0: wait until stopped)", f.ConnectTimeout)
 	}
 	if err := f.compatConflict(); err != nil {
 		return err
@@ -394,7 +401,7 @@ func RunSpec(ctx context.Context, spec schemas.RunSpec, f *RunFlags, stderr io.W
 	}
 	connOpts := []bus.ConnectOption{bus.WithAuth(auth)}
 	if f.NATS != "" {
-		connOpts = append(connOpts, bus.WithTLS(f.NATSTLS))
+		connOpts = append(connOpts, bus.WithTLS(f.NATSTLS), bus.WithConnectTimeout(f.ConnectTimeout))
 	}
 	conn, err := bus.Connect(ctx, url, "medgym-cli", logger, connOpts...)
 	if err != nil {

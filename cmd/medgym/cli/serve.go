@@ -19,6 +19,7 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 	f.Register(fs)
 	nats := fs.String("nats", "nats://127.0.0.1:4222", "NATS URL, or several seed URLs of a cluster comma-separated")
 	llmURL := fs.String("llm-url", "", "default OpenAI-compatible base URL")
+	connectTimeout := fs.Duration("connect-timeout", 0, bus.ConnectTimeoutUsage+" (default 0: wait until stopped)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -30,7 +31,10 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	conn, err := bus.Connect(ctx, *nats, "medgym-serve", log, bus.WithTLS(f.NATSTLS), bus.WithAuth(auth))
+	if *connectTimeout < 0 {
+		return fmt.Errorf("--connect-timeout %s: must be ≥ 0 (0: wait until stopped)", *connectTimeout)
+	}
+	conn, err := bus.Connect(ctx, *nats, "medgym-serve", log, bus.WithTLS(f.NATSTLS), bus.WithAuth(auth), bus.WithConnectTimeout(*connectTimeout))
 	if err != nil {
 		return err
 	}

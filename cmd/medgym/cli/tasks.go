@@ -14,6 +14,7 @@ import (
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/services/sandbox-worker/sandbox"
 	"github.com/medgym/medgym/tasks"
+	"github.com/medgym/medgym/tasks/generate"
 	"github.com/medgym/medgym/tasks/meds"
 )
 
@@ -305,8 +306,8 @@ func cmdTasksGenerate(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	tasks.SetMEDSReader(meds.Read)
-	if err := tasks.Generate(ctx, *data, *library, splitList(*datasets)); err != nil {
+	generate.SetMEDSReader(meds.Read)
+	if err := generate.Generate(ctx, *data, *library, splitList(*datasets)); err != nil {
 		return err
 	}
 	h, err := tasks.LibraryHashes(*library)

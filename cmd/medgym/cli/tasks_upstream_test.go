@@ -2,37 +2,18 @@ package cli
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// upstreamFolder is a MedAgentGym task folder as a user has it: one task
-// file, <dataset>/<file>, copied from the fixture folder fixture under
-// tasks/testdata.
-func upstreamFolder(t *testing.T, fixture, dataset, file string) string {
-	t.Helper()
-	src, err := os.ReadFile(filepath.Join("..", "..", "..", "tasks", "testdata", fixture, dataset, file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, dataset), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, dataset, file), src, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
+	"github.com/medgym/medgym/tasks/taskstest"
+)
 
 // TestTasksUpstreamFolder runs the tasks commands on an upstream folder as
 // a new user would: no --split, no --dataset, JSON output, show by
 // upstream's index.
 func TestTasksUpstreamFolder(t *testing.T) {
 	// Only medcalcbench/test_tasks.jsonl: upstream ships no train file for it.
-	dir := upstreamFolder(t, "upstream", "medcalcbench", "test_tasks.jsonl")
+	dir := taskstest.UpstreamFolder(t, "upstream", "medcalcbench", "test_tasks.jsonl")
 	for _, args := range [][]string{
 		{"tasks", "stats", "--tasks-dir", dir, "--dataset", "medcalcbench"},
 		{"tasks", "stats", "--tasks-dir", dir},

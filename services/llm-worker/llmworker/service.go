@@ -77,7 +77,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if err != nil {
 		return fmt.Errorf("llm-worker: %w", err)
 	}
-	w := &worker.Worker{States: stateStore{states}, Publish: conn.Publish, Admit: runs.Admit, Engine: eng}
+	w := &worker.Worker{States: stateStore{states}, Publish: conn.Publish, Admit: runs.Admit, Dropped: runs.Dropped, Engine: eng}
 	rt, err := bus.NewRouter(conn, log)
 	if err != nil {
 		return err
@@ -87,7 +87,15 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 		return bus.HandlerOptions{Concurrency: cfg.Concurrency, ConsumerOptions: bus.ConsumerOptions{
 			Stream: stream, Durable: durable, Subject: subj, AckWait: cfg.AckWait}}
 	}
-	if err := bus.Handle(rt, "llm-episodes", opt(schemas.StreamEpisodes, schemas.DurableLLMEpisodes, schemas.EpisodeRequested), w.Start); err != nil {
+	if err := bus.Handle(rt, "llm-episodes", opt(schemas.StreamEpisodes, schemas.DurableLLMEpisodes, schemas.EpisodeRequested),
+		func(ctx context.Context, req schemas.EpisodeRequest) error {
+			if err := w.Start(ctx, req); errors.Is(err, worker.ErrDropped) {
+				return bus.Junk(bus.JunkRunDropped, err)
+			} else if err != nil {
+				return err
+			}
+			return nil
+		}); err != nil {
 		return err
 	}
 	if err := bus.Handle(rt, "llm-checks", opt(schemas.StreamChecks, schemas.DurableLLMChecks, schemas.ObservationChecked),
@@ -127,12 +135,12 @@ func (s stateStore) Get(ctx context.Context, id string) (schemas.EpisodeState, u
 	return st, rev, storeErr(err)
 }
 
-func (s stateStore) Create(ctx context.Context, st schemas.EpisodeState) error {
-	_, err := s.b.Create(ctx, st.Request.EpisodeID, st)
-	return storeErr(err)
+func (s stateStore) Create(ctx context.Context, st schemas.EpisodeState) (uint64, error) {
+	rev, err := s.b.Create(ctx, st.Request.EpisodeID, st)
+	return rev, storeErr(err)
 }
 
-func (s stateStore) Update(ctx context.Context, st schemas.EpisodeState, rev uint64) error {
-	_, err := s.b.Update(ctx, st.Request.EpisodeID, st, rev)
-	return storeErr(err)
+func (s stateStore) Update(ctx context.Context, st schemas.EpisodeState, rev uint64) (uint64, error) {
+	rev, err := s.b.Update(ctx, st.Request.EpisodeID, st, rev)
+	return rev, storeErr(err)
 }

@@ -24,7 +24,8 @@ print(df.groupby("g")["v"].sum().to_dict())
 // container, Config.DockerReady 2), so -benchtime=20x gives 20 samples.
 // Each episode then gets an untimed pause (an agent's think time) and a
 // second turn, reported as "<name>/turn2" (for docker: a child forked by
-// the running container's server). The pools (warm, docker-pool) get an
+// the running container's server), and a third turn at once after it, as
+// a fast model sends it ("<name>/at-once"). The pools (warm, docker-pool) get an
 // untimed wait for a ready server or container before each episode, and
 // refill while it runs.
 func BenchmarkPandasGroupby(b *testing.B) {
@@ -40,13 +41,13 @@ func BenchmarkPandasGroupby(b *testing.B) {
 			s := mk(b, Config{Warm: 2})
 			// Let the pool fill and the page cache warm up.
 			exec1(b, s, code(newEpisode(), benchCode, 60))
-			var lat, lat2 []time.Duration
+			var lat, lat2, lat3 []time.Duration
 			hits0 := poolHits(s)
 			for b.Loop() {
 				switch name {
-				case "warm":
+				case "warm": // a start takes 1-2 CPU-seconds, more on a loaded machine
 					b.StopTimer()
-					waitIdle(s, 5*time.Second)
+					waitIdle(s, time.Minute)
 					b.StartTimer()
 				case "docker-pool": // a container start takes seconds
 					b.StopTimer()
@@ -68,6 +69,14 @@ func BenchmarkPandasGroupby(b *testing.B) {
 				if r.Status != schemas.StatusOK {
 					b.Fatalf("turn 2: %+v", r)
 				}
+				// Turn 3 follows at once, as with a fast model: the server
+				// is still reaping turn 2 and warming its next child.
+				begin = time.Now()
+				r = exec1(b, s, code(ep, benchCode, 60))
+				lat3 = append(lat3, time.Since(begin))
+				if r.Status != schemas.StatusOK {
+					b.Fatalf("turn 3: %+v", r)
+				}
 				_ = s.Release(ep)
 				b.StartTimer()
 			}
@@ -76,23 +85,29 @@ func BenchmarkPandasGroupby(b *testing.B) {
 			results[name] = st
 			slices.Sort(lat2)
 			results[name+"/turn2"] = stat{lat2[len(lat2)/2], lat2[min(len(lat2)-1, len(lat2)*95/100)]}
+			slices.Sort(lat3)
+			results[name+"/at-once"] = stat{lat3[len(lat3)/2], lat3[min(len(lat3)-1, len(lat3)*95/100)]}
 			b.ReportMetric(float64(st.p50.Microseconds())/1000, "p50-ms")
 			b.ReportMetric(float64(st.p95.Microseconds())/1000, "p95-ms")
 			b.ReportMetric(float64(lat2[len(lat2)/2].Microseconds())/1000, "turn2-p50-ms")
-			if name == "docker-pool" {
+			b.ReportMetric(float64(lat3[len(lat3)/2].Microseconds())/1000, "at-once-p50-ms")
+			if name == "docker-pool" || name == "warm" {
 				b.ReportMetric(float64(poolHits(s)-hits0)/float64(len(lat)), "pool-hits/op")
 			}
 		})
 	}
 	for _, n := range names {
-		for _, k := range []string{n, n + "/turn2"} {
+		for _, k := range []string{n, n + "/turn2", n + "/at-once"} {
 			if st, ok := results[k]; ok {
 				fmt.Printf("%-18s p50 %8.1f ms   p95 %8.1f ms\n", k, float64(st.p50.Microseconds())/1000, float64(st.p95.Microseconds())/1000)
 			}
 		}
 	}
 	if w, c := results["warm"], results["cold"]; w.p50 > 0 && c.p50 > 0 {
-		fmt.Printf("cold/warm p50 ratio: %.1fx\n", float64(c.p50)/float64(w.p50))
+		// Both absolute figures beside the ratio: a slower cold path alone
+		// must not make the ratio (bench/ checks both targets).
+		fmt.Printf("warm p50 %.1f ms, cold p50 %.1f ms: cold/warm p50 ratio %.1fx (targets: warm < 10 ms, ratio >= 50x)\n",
+			float64(w.p50.Microseconds())/1000, float64(c.p50.Microseconds())/1000, float64(c.p50)/float64(w.p50))
 	}
 	if w, d := results["warm"], results["docker/turn2"]; w.p50 > 0 && d.p50 > 0 {
 		fmt.Printf("docker turn2/warm p50 ratio: %.1fx\n", float64(d.p50)/float64(w.p50))
@@ -131,10 +146,16 @@ func waitIdle(s *Sandbox, d time.Duration) {
 	}
 }
 
-// poolHits is how many episodes took a ready docker container.
+// poolHits is how many episodes took a ready fork server or docker
+// container.
 func poolHits(s *Sandbox) int64 {
-	if d, ok := s.run.(*dockerRunner); ok && d.pool != nil {
-		return d.pool.hits.Load()
+	switch r := s.run.(type) {
+	case *warmPool:
+		return r.hits.Load()
+	case *dockerRunner:
+		if r.pool != nil {
+			return r.pool.hits.Load()
+		}
 	}
 	return 0
 }

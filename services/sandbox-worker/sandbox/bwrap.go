@@ -263,9 +263,17 @@ func (b *bwrapBase) command(script string, bargs, command []string, files []*os.
 
 // kill stops the whole sandbox: the process group outside, and through
 // the cgroup (or the pid namespace dying with its init) everything inside.
+// It returns once the cgroup is empty (bounded).
 func (s *started) kill() {
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	s.signal()
 	s.cg.killAll()
+}
+
+// signal sends SIGKILL to the process group outside and to every process
+// of the cgroup, without waiting for them to go.
+func (s *started) signal() {
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	s.cg.signalAll()
 }
 
 // bwrapStatus is what bwrap reported on --json-status-fd.

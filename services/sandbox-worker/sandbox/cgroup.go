@@ -539,25 +539,31 @@ func (c *cgroup) killAll() {
 		}
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n := 0
-		for _, d := range c.dirs {
-			b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
-			if err != nil {
-				continue
-			}
-			for _, f := range strings.Fields(string(b)) {
-				if pid, err := strconv.Atoi(f); err == nil {
-					n++
-					_ = syscall.Kill(pid, syscall.SIGKILL)
-				}
-			}
-		}
-		if n == 0 || time.Now().After(deadline) {
-			return
-		}
+	for c.signalAll() > 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// signalAll SIGKILLs every process listed in the set's cgroups once and
+// returns how many it found.
+func (c *cgroup) signalAll() int {
+	if c == nil {
+		return 0
+	}
+	n := 0
+	for _, d := range c.dirs {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				n++
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	return n
 }
 
 // destroy kills what is left and removes the cgroups.

@@ -41,6 +41,30 @@ func conformance(t *testing.T, mk constructor) {
 			t.Fatalf("print(answer) appended although code prints: %q", r.Stdout)
 		}
 	})
+	t.Run("code of every size and encoding", func(t *testing.T) {
+		// The fork servers take short valid UTF-8 code in the request and
+		// the rest through a pipe: every kind must run as written.
+		ep := newEpisode()
+		for _, c := range []struct{ name, src, want string }{
+			{"short", "print('short', 6*7)", "short 42"},
+			{"long", "x = 1\n#" + strings.Repeat("#", 40<<10) + "\nprint('long', x)", "long 1"},
+			{"escapes", "s = '\\x00\\n\\t\"'\n#" + strings.Repeat("\x01", 9<<10) + "\nprint('esc', len(s))", "esc 4"},
+			{"invalid bytes (JSON makes them U+FFFD)", "# \xff\xfe\nprint('latin')", "latin"},
+			{"shell", "", ""},
+		} {
+			if c.name == "shell" {
+				r := exec1(t, s, term(ep, "echo shell-"+strings.Repeat("y", 3), 20))
+				if strings.TrimSpace(r.Stdout) != "shell-yyy" {
+					t.Fatalf("shell: %+v", r)
+				}
+				continue
+			}
+			r := exec1(t, s, code(ep, c.src, 20))
+			if r.Status != schemas.StatusOK || strings.TrimSpace(r.Stdout) != c.want {
+				t.Fatalf("%s: got %+v", c.name, r)
+			}
+		}
+	})
 	t.Run("stderr and exit code", func(t *testing.T) {
 		r := exec1(t, s, code(newEpisode(), "import sys\nprint('out')\nraise ValueError('boom')", 20))
 		if r.Status != schemas.StatusError || r.ExitCode != 1 {

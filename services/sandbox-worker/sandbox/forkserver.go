@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
 
 // forkClient is the worker's end of a boot.py fork server (boot.py serve),
@@ -36,7 +37,15 @@ type forkReq struct {
 	Cwd        string         `json:"cwd"`
 	PythonPath string         `json:"pythonpath"` // restored in the child: the server runs without it
 	Limits     map[string]any `json:"limits"`
+	// Code travels in the request when Inline (valid UTF-8, and the
+	// request stays under maxInlineReq); else through the code pipe.
+	Code   string `json:"code,omitempty"`
+	Inline bool   `json:"inline,omitempty"`
 }
+
+// maxInlineReq bounds a request that carries its code: the server reads
+// requests into 64 KiB.
+const maxInlineReq = 32 << 10
 
 // forkResp is a fork server's reply.
 type forkResp struct {
@@ -74,9 +83,21 @@ func (f forkClient) run(ctx context.Context, spec runSpec) (out runOutput, broke
 	if spec.shell {
 		mode = "shell"
 	}
-	req, _ := json.Marshal(forkReq{Mode: mode, Cwd: WorkDir, PythonPath: WorkDir, Limits: map[string]any{
+	fr := forkReq{Mode: mode, Cwd: WorkDir, PythonPath: WorkDir, Limits: map[string]any{
 		"cpu": f.limits.CPUSeconds, "fsize": f.limits.FileSizeBytes, "nofile": f.limits.NoFile,
-		"nproc": f.nproc, "data": f.limits.MemoryBytes}})
+		"nproc": f.nproc, "data": f.limits.MemoryBytes}}
+	var req []byte
+	if len(spec.code) < maxInlineReq && utf8.ValidString(spec.code) {
+		// In the request, the child has its code without waiting for
+		// the goroutine that would write the pipe to be scheduled.
+		fr.Code, fr.Inline = spec.code, true
+		if req, _ = json.Marshal(fr); len(req) > maxInlineReq {
+			fr.Code, fr.Inline = "", false
+		}
+	}
+	if !fr.Inline {
+		req, _ = json.Marshal(fr)
+	}
 	begin := time.Now()
 	_, _, err = f.conn.WriteMsgUnix(req, syscall.UnixRights(int(outW.Fd()), int(errW.Fd()), int(codeR.Fd())), nil)
 	outW.Close()
@@ -88,7 +109,11 @@ func (f forkClient) run(ctx context.Context, spec runSpec) (out runOutput, broke
 		codeW.Close()
 		return out, true, fmt.Errorf("fork run: send: %w", err)
 	}
-	go func() { _, _ = codeW.WriteString(spec.code); codeW.Close() }()
+	if fr.Inline {
+		codeW.Close()
+	} else {
+		go func() { _, _ = codeW.WriteString(spec.code); codeW.Close() }()
+	}
 
 	var kmu sync.Mutex
 	var cause error

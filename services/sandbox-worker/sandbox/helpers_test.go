@@ -116,25 +116,6 @@ func exec1(t testing.TB, s *Sandbox, r schemas.ActionRequest) schemas.ExecResult
 	return res
 }
 
-// dataRoot finds the repository's shared data (MEDGYM_DATA or ../shared/data
-// next to the directory holding go.work).
-func dataRoot(t testing.TB) string {
-	if d := os.Getenv("MEDGYM_DATA"); d != "" {
-		return d
-	}
-	dir, _ := os.Getwd()
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return filepath.Join(dir, "..", "shared", "data")
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("no go.work above the test directory and MEDGYM_DATA unset")
-		}
-		dir = parent
-	}
-}
-
 // openTempDir is t.TempDir made traversable by the sandbox user, which the
 // worker drops to before starting bwrap.
 func openTempDir(t testing.TB) string {

@@ -67,16 +67,18 @@ func diskUsage(dir string) (int64, error) {
 // workspace at dir grows past limit during the run and beyond its size at
 // the start (so a workspace already over the quota can still run code
 // that deletes files). stop ends the watch. limit <= 0 watches nothing.
+// The size at the start is measured beside the run, not before it (a walk
+// of the workspace is not on a warm run's path); what the code writes
+// before that measurement counts as already there, an overshoot of the
+// same kind as one poll interval's.
 func watchDisk(ctx context.Context, dir string, limit int64) (context.Context, func()) {
 	if limit <= 0 {
 		return ctx, func() {}
 	}
-	start, _ := diskUsage(dir)
 	wctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
-	stopped := make(chan struct{})
 	go func() {
-		defer close(stopped)
+		start, _ := diskUsage(dir)
 		t := time.NewTicker(diskPoll)
 		defer t.Stop()
 		for {
@@ -93,9 +95,10 @@ func watchDisk(ctx context.Context, dir string, limit int64) (context.Context, f
 			}
 		}
 	}()
+	// stop does not wait for a walk in progress: a cancel after it has no
+	// effect, the first cause stays.
 	return wctx, func() {
 		close(done)
-		<-stopped
 		cancel(nil)
 	}
 }

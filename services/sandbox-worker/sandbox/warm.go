@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -63,6 +64,9 @@ type server struct {
 	dead  chan struct{}
 	oom0  bool
 	runMu sync.Mutex
+	// refill: the pool is to be refilled once this server's first run
+	// ends (it was adopted from the pool; see prepare).
+	refill atomic.Bool
 }
 
 func newWarmPool(b *bwrapBase, root string, want int, log *slog.Logger) *warmPool {
@@ -211,8 +215,12 @@ func (w serverOutput) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
+// stop kills the server and everything in its sandbox and removes its
+// cgroups. It waits for bwrap's exit rather than polling the cgroup: the
+// server is the pid namespace's init, and the kernel empties a namespace
+// whose init died before that init's parent, bwrap, can reap it and exit.
 func (s *server) stop() {
-	s.st.kill()
+	s.st.signal()
 	s.conn.Close()
 	<-s.dead
 	s.st.cg.destroy()
@@ -226,15 +234,21 @@ func (p *warmPool) prepare(episode, path string, mounts []mount) error {
 		srv = q[0]
 		p.idle[k.key] = q[1:]
 	}
-	p.touchKey(k)
+	// A ready server taken: the refill (an interpreter start, ~1-2
+	// CPU-seconds) waits until the episode's first run has ended, so it
+	// does not compete with that run for the CPU. None ready: the refill
+	// starts now.
+	p.touchKey(k, srv == nil)
 	p.mu.Unlock()
 	if srv == nil {
 		p.misses.Add(1)
 		return makeWorkspace(path, p.asRoot)
 	}
 	p.hits.Add(1)
+	srv.refill.Store(true)
 	if err := os.Rename(srv.dir, path); err != nil {
 		srv.stop()
+		p.refillAfter(srv)
 		_ = os.RemoveAll(srv.dir)
 		return fmt.Errorf("warm adopt: %w", err)
 	}
@@ -250,8 +264,9 @@ func (p *warmPool) poolStats() (hits, misses int64, ready int) {
 }
 
 // touchKey records k as the most recently used resource set, evicts the
-// idle servers of sets that fall out, and wakes the filler. Call with p.mu.
-func (p *warmPool) touchKey(k resKey) {
+// idle servers of sets that fall out, and wakes the filler when kick is
+// set. Call with p.mu.
+func (p *warmPool) touchKey(k resKey, kick bool) {
 	keys := []resKey{k}
 	for _, x := range p.keys {
 		if x.key != k.key {
@@ -267,12 +282,30 @@ func (p *warmPool) touchKey(k resKey) {
 		delete(p.idle, old.key)
 	}
 	p.keys = keys
+	if kick {
+		p.wakeFiller()
+	}
+}
+
+// wakeFiller wakes the filler. Call with p.mu.
+func (p *warmPool) wakeFiller() {
 	if !p.closed {
 		select {
 		case p.kick <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// refillAfter wakes the filler after the first run of a server adopted
+// from the pool (or when it goes without one).
+func (p *warmPool) refillAfter(srv *server) {
+	if !srv.refill.Swap(false) {
+		return
+	}
+	p.mu.Lock()
+	p.wakeFiller()
+	p.mu.Unlock()
 }
 
 // serverFor returns the episode's server, starting one on the existing
@@ -320,6 +353,7 @@ func (p *warmPool) run(ctx context.Context, spec runSpec) (runOutput, error) {
 	}
 	srv.runMu.Lock()
 	defer srv.runMu.Unlock()
+	defer p.refillAfter(srv)
 	if err := resetWorkspace(spec.workspace); err != nil {
 		return runOutput{}, err
 	}
@@ -347,6 +381,7 @@ func (p *warmPool) drop(episode string, srv *server) {
 	}
 	p.mu.Unlock()
 	srv.stop()
+	p.refillAfter(srv)
 }
 
 func (p *warmPool) release(episode string) {
@@ -356,6 +391,7 @@ func (p *warmPool) release(episode string) {
 	p.mu.Unlock()
 	if srv != nil {
 		srv.stop()
+		p.refillAfter(srv)
 	}
 }
 

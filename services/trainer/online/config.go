@@ -64,11 +64,19 @@ type Config struct {
 	WaitTimeout Duration `json:"wait_timeout,omitempty"`
 }
 
-// Serving is the OpenAI-compatible engine that samples the policy.
+// Serving is the OpenAI-compatible engine that samples the policy: an
+// external one (vLLM) at BaseURL, or, when BaseURL is empty and the
+// training step is a resident worker, that worker itself (it serves the
+// model it trains, at Listen).
 type Serving struct {
 	// BaseURL ends in /v1; adapters are loaded at BaseURL/load_lora_adapter.
-	BaseURL   string `json:"base_url"`
+	BaseURL string `json:"base_url,omitempty"`
+	// BaseModel names version 0 (the model before any step).
 	BaseModel string `json:"base_model"`
+	// Listen is where the resident worker serves (host:port) when BaseURL
+	// is empty; default 127.0.0.1 on a free port. The llm-workers must
+	// reach it.
+	Listen string `json:"listen,omitempty"`
 	// AdapterPrefix names adapters <prefix>-v<version> (default "medgym").
 	AdapterPrefix string `json:"adapter_prefix,omitempty"`
 	// AdapterDir, when set, is the directory the engine sees WorkDir's
@@ -254,6 +262,10 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// ServesFromWorker reports whether the resident worker serves the policy
+// (no external engine at serving.base_url).
+func (c Config) ServesFromWorker() bool { return c.Serving.BaseURL == "" && len(c.Train.Resident) > 0 }
+
 // Validate checks the config.
 func (c Config) Validate() error {
 	var errs []error
@@ -269,7 +281,10 @@ func (c Config) Validate() error {
 	req(c.Iterations > 0, "iterations must be ≥ 1")
 	req(len(c.Datasets) > 0, "datasets is required")
 	req(c.Samples >= 2, "samples (K) must be ≥ 2 for group advantages")
-	req(c.Serving.BaseURL != "" && c.Serving.BaseModel != "", "serving.base_url and serving.base_model are required")
+	req(c.Serving.BaseModel != "", "serving.base_model is required")
+	req(c.Serving.BaseURL != "" || len(c.Train.Resident) > 0,
+		"serving.base_url is required unless train.resident is set (the resident worker then serves the policy)")
+	req(c.Serving.Listen == "" || c.Serving.BaseURL == "", "serving.listen is for the resident worker's server: drop it or serving.base_url")
 	req(schemas.ValidToken(c.Serving.AdapterPrefix), "serving.adapter_prefix must be a valid token")
 	req(c.Stale.Replay >= 0 && c.Stale.MaxLag >= 0, "staleness.replay and staleness.max_lag must be ≥ 0")
 	req(c.Stale.Mode == "drop" || c.Stale.Mode == "reweight", "staleness.mode must be drop or reweight")

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -101,21 +102,26 @@ type Loop struct {
 	log          *slog.Logger
 	out          io.Writer
 	httpc        *http.Client
+	// baseURL is the serving engine's: serving.base_url, or the resident
+	// worker's server.
+	baseURL string
 }
 
 // New returns a loop over conn and the store; per-iteration lines go to out.
 func New(cfg Config, conn *bus.Conn, st *store.Store, out io.Writer, log *slog.Logger) *Loop {
-	return &Loop{cfg: cfg.WithDefaults(), conn: conn, st: st, log: log, out: out, httpc: &http.Client{Timeout: 5 * time.Minute}}
+	return &Loop{cfg: cfg.WithDefaults(), conn: conn, st: st, log: log, out: out, httpc: &http.Client{Timeout: 5 * time.Minute},
+		baseURL: cfg.Serving.BaseURL}
 }
 
-// Run connects to NATS and the store named in cfg and runs the loop until
-// cfg.Iterations are complete or ctx ends.
-func Run(ctx context.Context, cfg Config, out io.Writer, log *slog.Logger) ([]Report, error) {
+// Run connects to NATS (with opts: TLS, the wait for a server not up yet)
+// and the store named in cfg and runs the loop until cfg.Iterations are
+// complete or ctx ends.
+func Run(ctx context.Context, cfg Config, out io.Writer, log *slog.Logger, opts ...bus.ConnectOption) ([]Report, error) {
 	auth, err := bus.AuthFromEnv(os.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	conn, err := bus.Connect(ctx, cfg.NATS, "medgym-trainer", log, bus.WithAuth(auth))
+	conn, err := bus.Connect(ctx, cfg.NATS, "medgym-trainer", log, append([]bus.ConnectOption{bus.WithAuth(auth)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -147,21 +153,30 @@ func (l *Loop) Run(ctx context.Context) ([]Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.Iteration > 0 {
-		l.log.Info("resuming", "iteration", s.Iteration, "version", s.Version, "adapter", s.Adapter)
-		if s.Adapter != "" { // the engine may have restarted since
-			if err := l.loadAdapter(ctx, s.Adapter, s.AdapterPath); err != nil {
-				return nil, err
-			}
-		}
-	}
 	if len(l.cfg.Train.Resident) > 0 {
 		l.sup = &worker.Supervisor{Command: l.cfg.Train.Resident, Dir: l.cfg.Train.Dir, Init: s.AdapterPath, Log: l.log}
+		if l.cfg.ServesFromWorker() {
+			// The worker serves its initial weights (the state's adapter
+			// after a restart) under the name the samplers use for them.
+			srv, err := serveAt(l.cfg.Serving.Listen, cmp.Or(s.Adapter, l.cfg.Serving.BaseModel))
+			if err != nil {
+				return nil, err
+			}
+			l.sup.Serve, l.baseURL = srv, srv.URL()
+		}
 		defer func() {
 			if err := l.sup.Close(); err != nil {
 				l.log.Warn("trainer worker shutdown", "err", err)
 			}
 		}()
+	}
+	if s.Iteration > 0 {
+		l.log.Info("resuming", "iteration", s.Iteration, "version", s.Version, "adapter", s.Adapter)
+		if s.Adapter != "" && !l.cfg.ServesFromWorker() { // the engine may have restarted since
+			if err := l.loadAdapter(ctx, s.Adapter, s.AdapterPath); err != nil {
+				return nil, err
+			}
+		}
 	}
 	var reports []Report
 	for s.Iteration < l.cfg.Iterations {
@@ -208,7 +223,18 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 
 	// 1. Sample: submit the batch (unless it was submitted ahead, while the
 	// previous iteration trained) and follow its scores as they stream in.
+	// A resident worker that serves the policy must run first.
 	t0 := time.Now()
+	var load0 float64
+	var restarts0 int
+	if l.sup != nil {
+		load0, restarts0 = l.sup.LoadS, l.sup.Restarts
+		if l.cfg.ServesFromWorker() {
+			if _, err := l.sup.Process(ctx); err != nil {
+				return rep, s, err
+			}
+		}
+	}
 	spec := l.spec(it, model, v)
 	if l.presubmitted == runID {
 		rep.Overlapped = true
@@ -277,10 +303,15 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 		return rep, s, fmt.Errorf("adapter path: %w", err)
 	}
 	metrics := filepath.Join(dir, "metrics.json")
+	var trainLoad float64 // model loads inside the training time
 	if l.sup != nil {
-		load0, restarts0 := l.sup.LoadS, l.sup.Restarts
-		res, err := l.sup.Train(ctx, worker.TrainRequest{Mode: "grpo", Data: batch, Out: adapterPath,
-			Recipe: c.Train.Recipe, Evaluate: true})
+		req := worker.TrainRequest{Mode: "grpo", Data: batch, Out: adapterPath, Recipe: c.Train.Recipe, Evaluate: true}
+		if c.ServesFromWorker() {
+			req.ServeAs = rep.Adapter
+		}
+		loadT := l.sup.LoadS
+		res, err := l.sup.Train(ctx, req)
+		trainLoad = l.sup.LoadS - loadT
 		rep.ModelLoadS, rep.WorkerRestarts = l.sup.LoadS-load0, l.sup.Restarts-restarts0
 		if err != nil {
 			return rep, s, err
@@ -311,7 +342,7 @@ func (l *Loop) iterate(ctx context.Context, s State) (Report, State, error) {
 	}
 	rep.LoadingS = time.Since(t3).Seconds()
 	if total := rep.SamplingS + rep.WaitingS + rep.TrainingS + rep.LoadingS; total > 0 {
-		rep.GPUIdle = 1 - (rep.TrainingS-rep.ModelLoadS)/total
+		rep.GPUIdle = 1 - (rep.TrainingS-trainLoad)/total
 	}
 	if e := c.Eval; e != nil && (it+1)%e.Every == 0 {
 		t4 := time.Now()
@@ -336,7 +367,7 @@ func (l *Loop) evaluate(ctx context.Context, it int, model string, v int) (EvalR
 	runID := fmt.Sprintf("%s-ev%04d", c.RunPrefix, it)
 	spec := schemas.RunSpec{RunID: runID, Datasets: e.Datasets, Split: e.Split, TaskIDs: e.TaskIDs, Limit: e.Limit,
 		Samples: e.Samples, Options: *c.Episode, MaxInFlight: c.MaxInFlight,
-		Policy: schemas.PolicySpec{Name: schemas.PolicyOpenAI, Model: model, BaseURL: c.Serving.BaseURL,
+		Policy: schemas.PolicySpec{Name: schemas.PolicyOpenAI, Model: model, BaseURL: l.baseURL,
 			APIKeyEnv: c.Serving.APIKeyEnv, Temperature: e.Temperature, Seed: c.Seed, MaxTokens: c.Serving.MaxTokens, Version: v},
 		SubmittedAt: time.Now().UTC()}
 	if err := bus.SubmitRun(ctx, l.conn, spec); err != nil {
@@ -368,7 +399,7 @@ func (l *Loop) spec(it int, model string, v int) schemas.RunSpec {
 	c := l.cfg
 	return schemas.RunSpec{RunID: l.RunID(it), Datasets: c.Datasets, Split: c.Split, TaskIDs: l.taskIDs(it), Limit: c.Limit,
 		SampleSeed: c.SampleSeed, Samples: c.Samples, Options: *c.Episode, MaxInFlight: c.MaxInFlight,
-		Policy: schemas.PolicySpec{Name: schemas.PolicyOpenAI, Model: model, BaseURL: c.Serving.BaseURL,
+		Policy: schemas.PolicySpec{Name: schemas.PolicyOpenAI, Model: model, BaseURL: l.baseURL,
 			APIKeyEnv: c.Serving.APIKeyEnv, Temperature: c.Temperature, Seed: c.Seed, MaxTokens: c.Serving.MaxTokens,
 			Logprobs: c.Serving.Logprobs, Version: v},
 		SubmittedAt: time.Now().UTC()}
@@ -519,11 +550,11 @@ func (l *Loop) trainStep(ctx context.Context, batch, out, init, metrics string, 
 // POST /v1/load_lora_adapter). An adapter that is already loaded is fine:
 // a resumed iteration loads it again.
 func (l *Loop) loadAdapter(ctx context.Context, name, path string) error {
-	if l.cfg.Serving.AdapterDir != "" {
+	if l.cfg.Serving.AdapterDir != "" && !l.cfg.ServesFromWorker() {
 		path = filepath.Join(l.cfg.Serving.AdapterDir, filepath.Base(path))
 	}
 	body, _ := json.Marshal(map[string]string{"lora_name": name, "lora_path": path})
-	url := strings.TrimRight(l.cfg.Serving.BaseURL, "/") + "/load_lora_adapter"
+	url := strings.TrimRight(l.baseURL, "/") + "/load_lora_adapter"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("load adapter %s: %w", name, err)
@@ -542,6 +573,32 @@ func (l *Loop) loadAdapter(ctx context.Context, name, path string) error {
 		return nil
 	}
 	return fmt.Errorf("load adapter %s from %s: %s: %s", name, path, resp.Status, msg)
+}
+
+// serveAt is where the resident worker serves: listen (host:port), by
+// default 127.0.0.1 on a port free now, kept for the whole run so a
+// restarted worker is found at the same URL.
+func serveAt(listen, name string) (*worker.Serve, error) {
+	host, port := "127.0.0.1", "0"
+	if listen != "" {
+		var err error
+		if host, port, err = net.SplitHostPort(listen); err != nil {
+			return nil, fmt.Errorf("serving.listen %q: %w", listen, err)
+		}
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return nil, fmt.Errorf("serving.listen %q: bad port", listen)
+	}
+	if p == 0 {
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("serving: a free port on %s: %w", host, err)
+		}
+		p = ln.Addr().(*net.TCPAddr).Port
+		_ = ln.Close()
+	}
+	return &worker.Serve{Host: host, Port: p, Name: name}, nil
 }
 
 func writeJSON(path string, v any) error {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/bus/embedded"
 	"github.com/medgym/medgym/schemas"
 )
@@ -36,14 +35,8 @@ func TestWaitScoresRidesOutNATSOutage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	conn, err := bus.Connect(ctx, ns.ClientURL(), "test", log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := testConn(t, ctx, ns.ClientURL(), log)
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	spec := schemas.RunSpec{RunID: "rl-it0000", Datasets: []string{"medcalcbench"}, TaskIDs: []string{"t"}, Samples: 4}
 	score := func(k int) { publishScore(t, ctx, conn, spec.RunID, "t", k) }
 	score(0)

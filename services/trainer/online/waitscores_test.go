@@ -49,14 +49,8 @@ func TestWaitScoresEndsOnFinishedNotOnForgedScores(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	conn, err := bus.Connect(ctx, ns.ClientURL(), "test", log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := testConn(t, ctx, ns.ClientURL(), log)
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	const run = "rl-it0000"
 	spec := schemas.RunSpec{RunID: run, Datasets: []string{"medcalcbench"}, TaskIDs: []string{"t"}, Samples: 2}
 	putStatus(t, ctx, conn, schemas.RunStatus{Spec: spec, Total: 2, Published: 2})
@@ -100,4 +94,19 @@ func TestWaitScoresEndsOnFinishedNotOnForgedScores(t *testing.T) {
 			t.Errorf("planned episode %d missing from %v", k, r.scores)
 		}
 	}
+}
+
+// testConn connects to the server at url, with the streams in place; the
+// caller closes it.
+func testConn(t *testing.T, ctx context.Context, url string, log *slog.Logger) *bus.Conn {
+	t.Helper()
+	conn, err := bus.Connect(ctx, url, "test", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
+		conn.Close()
+		t.Fatal(err)
+	}
+	return conn
 }

@@ -7,11 +7,17 @@ Nothing is downloaded: the tokenizer is a byte-level BPE trained here.
 
 For each path it prints per iteration: wall time, optimisation-step time,
 fixed cost (wall − steps), tokens/s over the steps, and peak GPU memory;
-then the fixed cost per iteration of each path side by side. Meant to take
-under 5 minutes on one H200 with the defaults.
+then the fixed cost per iteration of each path side by side. The resident
+worker also serves the model it trains (--serve-port): --serve-requests
+chat completions of --serve-tokens new tokens each, one at a time, give
+the generation tokens/s of serving from the worker (transformers'
+generate, no batching: the fallback where vLLM is absent). Meant to take
+under 5 minutes on one H200 with the defaults; the last line is a JSON
+summary.
 
 Usage: python3 gpu_bench.py [--iterations 3] [--per-process 2] [--batch 32] [--tokens 3000] [--steps 1] [--work DIR]
-Exits 2 without CUDA unless --allow-cpu (then use tiny sizes, e.g. --layers 2 --hidden 128).
+Exits 2 without CUDA unless --allow-cpu or --tiny (a 2-layer model and a
+small batch, for the CPU test of the script).
 """
 
 import argparse
@@ -24,8 +30,10 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+sys.path.insert(0, HERE)
+
+import tinyllama  # noqa: E402
+
 WORDS = ("patient creatinine clearance weight height age serum mg dL mL min kg cm sodium potassium glucose "
          "print import pandas numpy answer round def return for in range if else value result error").split()
 
@@ -36,28 +44,11 @@ def text(rng, n):
 
 def build(path, a):
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
     rng = random.Random(0)
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    tk.train_from_iterator([text(rng, 200) for _ in range(200)], trainers.BpeTrainer(
-        vocab_size=2000, special_tokens=["<|im_start|>", "<|im_end|>", "<|pad|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|pad|>")
-    tok.chat_template = CHATML
-    tok.save_pretrained(path)
-    cfg = LlamaConfig(vocab_size=32000, hidden_size=a.hidden, intermediate_size=int(a.hidden * 2.75),
-                      num_hidden_layers=a.layers, num_attention_heads=max(1, a.hidden // 64),
-                      num_key_value_heads=max(1, a.hidden // 512), max_position_embeddings=8192,
-                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg).to(torch.bfloat16)
-    n = sum(p.numel() for p in model.parameters())
-    model.save_pretrained(path)
-    return n
+    return tinyllama.build(path, [text(rng, 200) for _ in range(200)], 2000, hidden=a.hidden, layers=a.layers,
+                           intermediate=int(a.hidden * 2.75), heads=max(1, a.hidden // 64), kv_heads=max(1, a.hidden // 512),
+                           model_vocab=None if a.tiny else 32000, max_positions=8192,
+                           dtype=torch.bfloat16 if torch.cuda.is_available() else None)
 
 
 def batch(path, a, tok_per_word=1.3):
@@ -85,6 +76,26 @@ def row(path, kind, it, wall, m):
             "peak_mem_gb": m.get("peak_mem_gb")}
 
 
+def serve_bench(port, a):
+    """Chat completions from the resident worker's server, one at a time:
+    generated tokens per second (sampling at T 0.6, as the online loop)."""
+    import urllib.request
+    rng = random.Random(2)
+    toks, t = 0, time.time()
+    for i in range(a.serve_requests):
+        body = {"model": "v0", "messages": [{"role": "system", "content": text(rng, 100)},
+                                            {"role": "user", "content": text(rng, 200)}],
+                "temperature": 0.6, "max_tokens": a.serve_tokens, "seed": i, "logprobs": True}
+        req = urllib.request.Request("http://127.0.0.1:%d/v1/chat/completions" % port, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            ans = json.load(r)
+        toks += ans["usage"]["completion_tokens"]
+    dt = time.time() - t
+    return {"serve_requests": a.serve_requests, "serve_tokens": toks, "serve_s": round(dt, 2),
+            "serve_tokens_per_s": round(toks / dt, 1) if dt else None}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--iterations", type=int, default=3, help="iterations through the resident worker")
@@ -96,8 +107,14 @@ def main():
     p.add_argument("--layers", type=int, default=22)
     p.add_argument("--micro-batch", type=int, default=8)
     p.add_argument("--work", default="")
+    p.add_argument("--serve-requests", type=int, default=4)
+    p.add_argument("--serve-tokens", type=int, default=256)
     p.add_argument("--allow-cpu", action="store_true")
+    p.add_argument("--tiny", action="store_true", help="tiny sizes, on the CPU if there is no GPU (the script's test)")
     a = p.parse_args()
+    if a.tiny:
+        a.hidden, a.layers, a.batch, a.tokens, a.iterations, a.per_process = 64, 2, 4, 200, 2, 1
+        a.micro_batch, a.serve_requests, a.serve_tokens, a.allow_cpu = 2, 2, 8, True
     import torch
     if not torch.cuda.is_available() and not a.allow_cpu:
         print("gpu_bench: no CUDA device (use --allow-cpu with tiny sizes to try it)", file=sys.stderr)
@@ -116,8 +133,8 @@ def main():
 
     # Resident: one worker, the model loaded once.
     t = time.time()
-    w = subprocess.Popen([sys.executable, os.path.join(HERE, "worker.py")] + common, stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True)
+    w = subprocess.Popen([sys.executable, os.path.join(HERE, "worker.py"), "--serve-port", "0", "--serve-name", "v0"] + common,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     ready = json.loads(w.stdout.readline())
     load = time.time() - t
     print(json.dumps({"resident_load_s": round(load, 1), "ready": ready}), flush=True)
@@ -132,6 +149,8 @@ def main():
             return 1
         rows.append(row(data, "resident", it, time.time() - t, ans["metrics"]))
         print(json.dumps(rows[-1]), flush=True)
+    gen = serve_bench(ready["serve_port"], a)
+    print(json.dumps(gen), flush=True)
     w.stdin.write(json.dumps({"op": "shutdown"}) + "\n")
     w.stdin.flush()
     w.wait()
@@ -159,6 +178,7 @@ def main():
         "resident_fixed_s_per_iteration": mean("resident", "fixed_s"), "resident_load_s_once": round(load, 1),
         "per_process_fixed_s_per_iteration": mean("per-process", "fixed_s"),
         "step_s": mean("resident", "steps_s"), "tokens_per_s": mean("resident", "tokens_per_s"),
+        "serve_tokens_per_s": gen["serve_tokens_per_s"],
         "peak_mem_gb": max((r["peak_mem_gb"] or 0) for r in rows), "total_s": round(time.time() - t0, 1)}}))
     return 0
 

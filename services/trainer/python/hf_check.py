@@ -30,46 +30,14 @@ import os
 import subprocess
 import sys
 import tempfile
+import urllib.error
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTDATA = os.path.join(HERE, "..", "testdata")
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+sys.path.insert(0, HERE)
 
-
-def read_jsonl(path):
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def toy_texts():
-    for mode in ("sft", "dpo", "grpo"):
-        for r in read_jsonl(os.path.join(TESTDATA, "toy_%s.jsonl" % mode)):
-            for key in ("messages", "prompt", "chosen", "rejected", "completion"):
-                for m in r.get(key) or []:
-                    yield m["content"]
-
-
-def build_model(path):
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    tk.train_from_iterator(list(toy_texts()), trainers.BpeTrainer(
-        vocab_size=600, special_tokens=["<|im_start|>", "<|im_end|>", "<|pad|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|pad|>")
-    tok.chat_template = CHATML
-    tok.save_pretrained(path)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, tie_word_embeddings=False)
-    torch.manual_seed(0)
-    LlamaForCausalLM(cfg).save_pretrained(path)
-    return tok
+from tinyllama import build_tiny, read_jsonl  # noqa: E402
 
 
 def check(cond, what):
@@ -78,7 +46,6 @@ def check(cond, what):
 
 
 def check_mask(model_dir):
-    sys.path.insert(0, HERE)
     import train_step
 
     args = argparse.Namespace(model=model_dir, init="", grad_ckpt=False, lora_r=8, max_len=4096)
@@ -105,6 +72,7 @@ def check_adapter(out, model_dir, mode):
     check(os.path.exists(os.path.join(out, "adapter_model.safetensors")), "%s: no adapter_model.safetensors" % mode)
 
 
+PROMPT = read_jsonl(os.path.join(TESTDATA, "toy_grpo.jsonl"))[0]["prompt"]  # where GRPO moves the policy most
 STEP = ["--steps", "15", "--lr", "5e-3", "--micro-batch", "2"]
 RECIPE = {"steps": 15, "lr": 5e-3, "micro_batch": 2}
 
@@ -127,8 +95,10 @@ def run_step(model_dir, work, mode):
 class Worker:
     """A resident worker.py process."""
 
-    def __init__(self, model_dir, init=""):
+    def __init__(self, model_dir, init="", serve=False):
         cmd = [sys.executable, os.path.join(HERE, "worker.py"), "--backend", "hf", "--model", model_dir, "--lora-r", "8"]
+        if serve:
+            cmd += ["--serve-port", "0", "--serve-name", "base"]
         if init:
             cmd.append("--init=" + init)
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -141,11 +111,11 @@ class Worker:
         self.p.stdin.flush()
         return json.loads(self.p.stdout.readline() or "{}")
 
-    def train(self, work, mode, tag=""):
+    def train(self, work, mode, tag="", serve_as=None):
         self.n += 1
         out = os.path.join(work, mode + tag)
         ans = self.send(json.dumps({"id": self.n, "op": "train", "mode": mode, "out": out, "recipe": RECIPE,
-                                    "data": os.path.join(TESTDATA, "toy_%s.jsonl" % mode)}))
+                                    "data": os.path.join(TESTDATA, "toy_%s.jsonl" % mode), "serve_as": serve_as}))
         check(ans.get("ok") and ans.get("id") == self.n, "worker %s: %s" % (mode, ans))
         m = ans["metrics"]
         check(m["backend"] == "hf" and m["steps"] == 15, "%s metrics: %s" % (mode, m))
@@ -153,9 +123,67 @@ class Worker:
         check(os.path.exists(os.path.join(out, "optimizer.pt")), "%s: no optimizer.pt" % mode)
         return out, m
 
+    def post(self, path, body):
+        """POSTs to the worker's policy server; returns (status, JSON)."""
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.ready["serve_port"], path),
+                                     data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=300) as r:
+                return r.status, json.load(r)
+        except urllib.error.HTTPError as e:
+            return e.code, json.load(e)
+
+    def chat(self, model):
+        """A greedy completion of a fixed prompt: (token ids, logprobs)."""
+        code, ans = self.post("/v1/chat/completions", {"model": model, "messages": PROMPT, "temperature": 0,
+                                                        "max_tokens": 12, "logprobs": True, "return_token_ids": True})
+        check(code == 200, "chat %s: %s %s" % (model, code, ans))
+        ch = ans["choices"][0]
+        lps = [c["logprob"] for c in ch["logprobs"]["content"]]
+        check(ch["token_ids"] and len(lps) == len(ch["token_ids"]) and ans["prompt_token_ids"],
+              "chat %s: token ids and logprobs: %s" % (model, ans))
+        return ans["prompt_token_ids"], ch["token_ids"], lps
+
     def close(self):
         ans = self.send(json.dumps({"op": "shutdown"}))
         check(ans.get("ok") and self.p.wait(timeout=60) == 0, "worker shutdown: %s" % ans)
+
+
+def token_logps(model_dir, init, prompt_ids, toks):
+    """Log-probabilities of toks after prompt_ids under the base model with
+    the adapter at init (none: the base), recomputed by the training code."""
+    import torch
+    import train_step
+    be = train_step.HFBackend(argparse.Namespace(model=model_dir, init=init, grad_ckpt=False, lora_r=8))
+    x = torch.tensor([prompt_ids + toks], device=be.dev)
+    with torch.no_grad():
+        lp = be.logps(be.model, x, torch.ones_like(x))[0].float().cpu()
+    return lp[len(prompt_ids) - 1:].tolist()
+
+
+def check_serving(w, model_dir, grpo_out, base0):
+    """The worker serves the weights it trained: after the GRPO step the
+    fixed prompt's logprobs under "v1" are those the saved adapter gives
+    (recomputed by the training code) and differ from the base's, while
+    "base" still serves the weights from before the step."""
+    # fp32 on the CPU: generation and the recomputation agree to ~1e-6; bf16
+    # on a GPU to a few 1e-2 (the step moves them by ~1e-1).
+    tol = 5e-2 if _cuda() else 1e-4
+    prompt, toks1, lps1 = w.chat("v1")
+    check(prompt == base0[0], "the prompt's token ids changed")
+    check(w.chat("base") == base0, "the base's snapshot changed under training")
+    want1 = token_logps(model_dir, grpo_out, prompt, toks1)
+    err = max(abs(a - b) for a, b in zip(lps1, want1))
+    check(err < tol, "v1's served logprobs %s, the adapter gives %s" % (lps1, want1))
+    wantb = token_logps(model_dir, "", prompt, toks1)
+    moved = max(abs(a - b) for a, b in zip(lps1, wantb))
+    check(moved > max(3 * err, 1e-2), "v1 serves like the base: logprobs differ by %g (from v1's: %g)" % (moved, err))
+    return {"logprob_change": moved, "logprob_error": err, "tokens": len(toks1)}
+
+
+def _cuda():
+    import torch
+    return torch.cuda.is_available()
 
 
 def main():
@@ -174,20 +202,30 @@ def main():
     summary = {"transformers": transformers.__version__, "peft": peft.__version__, "torch": torch.__version__,
                "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
     try:
-        build_model(model_dir)
+        build_tiny(model_dir)
         summary["mask"] = check_mask(model_dir)
         _, m = run_step(model_dir, work, "sft")
         check(m["after"]["sft_loss"] < m["before"]["sft_loss"] - 0.5, "SFT loss did not fall: %s" % m)
         summary["sft_loss"] = [m["before"]["sft_loss"], m["after"]["sft_loss"]]
-        w = Worker(model_dir)
-        _, m = w.train(work, "grpo")
+        w = Worker(model_dir, serve=True)
+        base0 = w.chat("base")
+        grpo_out, m = w.train(work, "grpo", serve_as="v1")
         b, e = m["before"], m["after"]
         check(e["pos_logp"] > b["pos_logp"] and e["neg_logp"] < b["neg_logp"] and e["kl"] > 0, "GRPO: %s" % m)
         summary["grpo_pos_logp"] = [b["pos_logp"], e["pos_logp"]]
+        summary["serving"] = check_serving(w, model_dir, grpo_out, base0)
         ans = w.send('{"op": "train", "mode": ')
         check(ans.get("ok") is False and "malformed" in ans.get("error", ""), "malformed request: %s" % ans)
         out, m = w.train(work, "dpo")  # the same worker, model and adapter: no new load
         check(m["after"]["dpo_margin"] > m["before"]["dpo_margin"] + 0.1, "DPO margin did not rise: %s" % m)
+        # The GRPO adapter from disk (not the live weights any more) serves as the snapshot did.
+        code, ans = w.post("/v1/load_lora_adapter", {"lora_name": "grpo-disk", "lora_path": grpo_out})
+        check(code == 200, "load_lora_adapter: %s %s" % (code, ans))
+        code, ans = w.post("/v1/load_lora_adapter", {"lora_name": "grpo-disk", "lora_path": grpo_out})
+        check(code == 400 and "already been loaded" in ans["error"]["message"], "a second load: %s %s" % (code, ans))
+        check(w.chat("grpo-disk") == w.chat("v1"), "the GRPO adapter loaded from disk serves unlike its snapshot")
+        code, ans = w.post("/v1/chat/completions", {"model": "nope", "messages": PROMPT})
+        check(code == 404, "an unknown model: %s %s" % (code, ans))
         summary["dpo_margin"] = [m["before"]["dpo_margin"], m["after"]["dpo_margin"]]
         last = m["after"]["dpo_margin"]
         w.close()

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """One medgym training step: SFT, DPO or GRPO on a JSONL batch written by
-`bin/trainer` (services/trainer/internal/train).
+`bin/trainer` (services/trainer/train).
 
 Backends
   hf    a Hugging Face causal LM (--model) with a LoRA adapter through peft;
@@ -470,7 +470,9 @@ def global_sum(t):
 
 def init_distributed():
     """Joins the process group torchrun set up (gloo on the CPU, nccl on
-    GPUs); returns (rank, world)."""
+    GPUs); returns (rank, world). The collective timeout
+    (MEDGYM_DIST_TIMEOUT_S, default a day) covers a resident worker's ranks
+    waiting for the next request while an online iteration samples."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return 0, 1
@@ -478,7 +480,8 @@ def init_distributed():
     backend = os.environ.get("MEDGYM_DIST_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo")
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(backend)
+    from datetime import timedelta
+    dist.init_process_group(backend, timeout=timedelta(seconds=float(os.environ.get("MEDGYM_DIST_TIMEOUT_S", "86400"))))
     return dist.get_rank(), dist.get_world_size()
 
 

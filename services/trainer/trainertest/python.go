@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/medgym/medgym/tasks"
 )
 
 // Python returns the interpreter the trainer's Python tests use: $MEDGYM_PYTHON,
@@ -16,7 +18,7 @@ func Python(t testing.TB, modules ...string) string {
 	py := os.Getenv("MEDGYM_PYTHON")
 	if py == "" {
 		py = "/usr/bin/python3"
-		if root := repoRoot(); root != "" {
+		if root := tasks.RepoRoot(); root != "" {
 			if v := filepath.Join(root, ".venv", "bin", "python"); isExec(v) {
 				py = v
 			}
@@ -34,19 +36,6 @@ func Python(t testing.TB, modules ...string) string {
 		t.Skip(msg)
 	}
 	return py
-}
-
-func repoRoot() string {
-	wd, err := os.Getwd()
-	if err != nil {
-		return ""
-	}
-	for d := wd; filepath.Dir(d) != d; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
-			return d
-		}
-	}
-	return ""
 }
 
 func isExec(p string) bool {

@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -23,6 +26,13 @@ type Ready struct {
 	Init              string  `json:"init"`
 	OptimizerRestored bool    `json:"optimizer_restored"`
 	LoadS             float64 `json:"load_s"`
+	// World is the number of data-parallel ranks (torchrun).
+	World int `json:"world"`
+	// ServePort is the port of the worker's policy server (--serve-port),
+	// 0 when it serves nothing; ServeName the name its initial weights are
+	// served as.
+	ServePort int    `json:"serve_port"`
+	ServeName string `json:"serve_name"`
 }
 
 // Recipe overrides the step's per-mode defaults; nil fields keep them.
@@ -45,6 +55,9 @@ type TrainRequest struct {
 	Out      string `json:"out"`
 	Recipe   Recipe `json:"recipe"`
 	Evaluate bool   `json:"evaluate"`
+	// ServeAs, for a worker that serves (--serve-port), publishes the
+	// trained weights under this name.
+	ServeAs string `json:"serve_as,omitempty"`
 }
 
 // TrainResult is the worker's answer to a TrainRequest.
@@ -75,9 +88,9 @@ type Process struct {
 	Ready Ready
 }
 
-// Start runs command with "--init=<init>" appended (when init is set) and
-// waits for its ready line.
-func Start(ctx context.Context, command []string, dir, init string) (*Process, error) {
+// Start runs command with "--init=<init>" (when init is set) and extra
+// appended, and waits for its ready line.
+func Start(ctx context.Context, command []string, dir, init string, extra ...string) (*Process, error) {
 	if len(command) == 0 {
 		return nil, errors.New("trainer worker: empty command")
 	}
@@ -85,8 +98,14 @@ func Start(ctx context.Context, command []string, dir, init string) (*Process, e
 	if init != "" {
 		args = append(args, "--init="+init)
 	}
+	args = append(args, extra...)
 	cmd := exec.Command(command[0], args...)
 	cmd.Dir = dir
+	// Its own process group: Kill ends a launcher's children too (torchrun's
+	// ranks, which also die with their launcher: worker.py). A child that
+	// outlives the process cannot hold Wait on the pipes for long.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = 5 * time.Second
 	p := &Process{cmd: cmd, tail: &tailBuffer{max: 4000}, done: make(chan struct{})}
 	cmd.Stderr = p.tail
 	var err error
@@ -184,8 +203,12 @@ func (p *Process) call(ctx context.Context, req map[string]any, out any) error {
 // Train runs one TrainRequest.
 func (p *Process) Train(ctx context.Context, r TrainRequest) (TrainResult, error) {
 	var res TrainResult
-	err := p.call(ctx, map[string]any{"op": "train", "mode": r.Mode, "data": r.Data, "out": r.Out,
-		"recipe": r.Recipe, "evaluate": r.Evaluate}, &res)
+	req := map[string]any{"op": "train", "mode": r.Mode, "data": r.Data, "out": r.Out, "recipe": r.Recipe,
+		"evaluate": r.Evaluate}
+	if r.ServeAs != "" {
+		req["serve_as"] = r.ServeAs
+	}
+	err := p.call(ctx, req, &res)
 	return res, err
 }
 
@@ -240,9 +263,12 @@ func (p *Process) Close() error {
 	return err
 }
 
-// Kill ends the process at once.
+// Kill ends the process and its process group (a launcher's children) at
+// once; closing stdin first also ends ranks that left the group.
 func (p *Process) Kill() {
-	if p.cmd.Process != nil {
+	_ = p.stdin.Close()
+	if p.cmd.Process != nil && p.Alive() {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		_ = p.cmd.Process.Kill()
 	}
 	<-p.done
@@ -270,17 +296,41 @@ type Supervisor struct {
 	// Init is where the first worker starts from ("" for the base model);
 	// after each successful step it is the adapter just saved.
 	Init string
-	Log  *slog.Logger
-	p    *Process
+	// Serve, when set, makes the worker serve the model it trains
+	// (worker.py --serve-port): every worker it starts listens on
+	// Serve.Host:Serve.Port, the same address after a restart.
+	Serve *Serve
+	Log   *slog.Logger
+	p     *Process
 	// Restarts counts workers started after one was lost.
 	Restarts int
 	// LoadS is the time spent starting workers (model loads), in seconds.
 	LoadS float64
 }
 
+// Serve is where a supervised worker serves its policy.
+type Serve struct {
+	Host string
+	Port int
+	// Name is what the worker's initial weights are served as: the base
+	// model's name, then after each step with a ServeAs that name (so a
+	// restarted worker serves its adapter under the name the samplers use).
+	Name string
+}
+
+// URL is the server's OpenAI base URL (ending in /v1).
+func (s *Serve) URL() string {
+	return "http://" + net.JoinHostPort(s.Host, strconv.Itoa(s.Port)) + "/v1"
+}
+
 func (s *Supervisor) start(ctx context.Context) error {
 	t := time.Now()
-	p, err := Start(ctx, s.Command, s.Dir, s.Init)
+	var extra []string
+	if s.Serve != nil {
+		extra = []string{"--serve-host=" + s.Serve.Host, "--serve-port=" + strconv.Itoa(s.Serve.Port),
+			"--serve-name=" + s.Serve.Name}
+	}
+	p, err := Start(ctx, s.Command, s.Dir, s.Init, extra...)
 	s.LoadS += time.Since(t).Seconds()
 	if err != nil {
 		return err
@@ -320,6 +370,9 @@ func (s *Supervisor) Train(ctx context.Context, r TrainRequest) (TrainResult, er
 		res, err := p.Train(ctx, r)
 		if err == nil {
 			s.Init = r.Out
+			if s.Serve != nil && r.ServeAs != "" {
+				s.Serve.Name = r.ServeAs
+			}
 			return res, nil
 		}
 		if !errors.Is(err, ErrCrashed) || attempt == 1 || ctx.Err() != nil {

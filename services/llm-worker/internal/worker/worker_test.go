@@ -21,6 +21,7 @@ type memStates struct {
 	// beforeUpdate, when set, runs before an update takes the lock (another
 	// worker acting in between).
 	beforeUpdate func()
+	gets         int // Get calls
 }
 
 type stateRec struct {
@@ -31,6 +32,7 @@ type stateRec struct {
 func (s *memStates) Get(_ context.Context, id string) (schemas.EpisodeState, uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.gets++
 	r, ok := s.m[id]
 	if !ok {
 		return schemas.EpisodeState{}, 0, fmt.Errorf("episode %s: %w", id, ErrNotFound)
@@ -40,7 +42,7 @@ func (s *memStates) Get(_ context.Context, id string) (schemas.EpisodeState, uin
 	return st, r.rev, err
 }
 
-func (s *memStates) put(st schemas.EpisodeState, rev uint64, create bool) error {
+func (s *memStates) put(st schemas.EpisodeState, rev uint64, create bool) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
@@ -49,22 +51,22 @@ func (s *memStates) put(st schemas.EpisodeState, rev uint64, create bool) error 
 	id := st.Request.EpisodeID
 	r, ok := s.m[id]
 	if (create && ok) || (!create && (!ok || r.rev != rev)) {
-		return fmt.Errorf("episode %s: %w", id, ErrConflict)
+		return 0, fmt.Errorf("episode %s: %w", id, ErrConflict)
 	}
 	b, err := json.Marshal(st)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	s.last++
 	s.m[id] = stateRec{b, s.last}
-	return nil
+	return s.last, nil
 }
 
-func (s *memStates) Create(_ context.Context, st schemas.EpisodeState) error {
+func (s *memStates) Create(_ context.Context, st schemas.EpisodeState) (uint64, error) {
 	return s.put(st, 0, true)
 }
 
-func (s *memStates) Update(_ context.Context, st schemas.EpisodeState, rev uint64) error {
+func (s *memStates) Update(_ context.Context, st schemas.EpisodeState, rev uint64) (uint64, error) {
 	if f := s.beforeUpdate; f != nil {
 		s.beforeUpdate = nil
 		f()
@@ -241,5 +243,92 @@ func TestAdmitRefuses(t *testing.T) {
 	w.Admit = func(context.Context, schemas.EpisodeClaim) error { return junk }
 	if err := w.Start(context.Background(), request()); !errors.Is(err, junk) || len(rec.msgs) != 0 || states.last != 0 {
 		t.Fatalf("start of a refused request: %v, %d messages, %d saves", err, len(rec.msgs), states.last)
+	}
+}
+
+// TestSavedState: a worker steps its own episode from the state it saved
+// last, without reading the bucket; an observation that is stale against
+// that state but current against the bucket's (another worker moved the
+// episode on) is decided on the bucket's state, not dropped.
+func TestSavedState(t *testing.T) {
+	ctx := context.Background()
+	p := &counting{}
+	w, states, rec := newWorker(p)
+	if err := w.Start(ctx, request()); err != nil {
+		t.Fatal(err)
+	}
+	gets := states.gets // Start's look for an existing episode
+	if err := w.Observe(ctx, observation(rec.msgs[0].v.(schemas.ActionRequest))); err != nil {
+		t.Fatal(err)
+	}
+	if states.gets != gets || len(rec.msgs) != 2 {
+		t.Fatalf("observe read the bucket %d times, %d messages; want 0 reads and 2 messages", states.gets-gets, len(rec.msgs))
+	}
+	held, _, err := states.Get(ctx, "r--t-k0") // what w holds now: turn 1 pending
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another worker takes turn 1's observation and publishes turn 2.
+	other := &Worker{States: states, Publish: rec.Publish, Engine: w.Engine}
+	if err := other.Observe(ctx, observation(rec.msgs[1].v.(schemas.ActionRequest))); err != nil {
+		t.Fatal(err)
+	}
+	turn2 := rec.msgs[2].v.(schemas.ActionRequest)
+	if turn2.Ref.Turn != 2 {
+		t.Fatalf("the other worker published turn %d, want 2", turn2.Ref.Turn)
+	}
+	// Positive control: against the state w holds, turn 2's observation is
+	// stale: w must not decide it on that state alone.
+	if _, _, err := w.Engine.Continue(ctx, held, observation(turn2)); !errors.Is(err, episode.ErrStale) {
+		t.Fatalf("turn 2's observation against the held state: %v, want ErrStale", err)
+	}
+	// w gets turn 2's observation: it must fold it in (the third and last
+	// turn of this 3-turn episode), not re-publish turn 1.
+	if err := w.Observe(ctx, observation(turn2)); err != nil {
+		t.Fatal(err)
+	}
+	st, _, err := states.Get(ctx, "r--t-k0")
+	if err != nil || len(st.Turns) != 3 {
+		t.Fatalf("after turn 2's observation: %v, %d turns saved; want 3", err, len(st.Turns))
+	}
+}
+
+// TestDroppedRun (robust item 2): once the run is dropped, the next
+// observation ends the episode (the turn kept, the policy not sampled
+// again) with an infra_failure result saying why, and a request not yet
+// started is refused with ErrDropped (nothing saved or published).
+// The positive control: before the drop the same worker takes a normal
+// step.
+func TestDroppedRun(t *testing.T) {
+	ctx := context.Background()
+	p := &counting{}
+	w, states, rec := newWorker(p)
+	dropped := false
+	w.Dropped = func(_ context.Context, run string) (bool, error) { return dropped && run == "r", nil }
+	if err := w.Start(ctx, request()); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Observe(ctx, observation(rec.msgs[0].v.(schemas.ActionRequest))); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec.msgs[1].v.(schemas.ActionRequest); !ok || p.calls != 2 {
+		t.Fatalf("before the drop: %T after %d policy calls, want a second action", rec.msgs[1].v, p.calls)
+	}
+	dropped = true
+	if err := w.Observe(ctx, observation(rec.msgs[1].v.(schemas.ActionRequest))); err != nil {
+		t.Fatal(err)
+	}
+	res, ok := rec.msgs[2].v.(schemas.EpisodeResult)
+	if !ok || p.calls != 2 {
+		t.Fatalf("after the drop: %T after %d policy calls, want a result and no new sample", rec.msgs[2].v, p.calls)
+	}
+	if res.Termination != schemas.EndInfraFailure || res.Error != DroppedMessage || len(res.Turns) != 2 || res.Turns[1].Stdout != "1\n" {
+		t.Fatalf("result: termination %s, error %q, %d turns", res.Termination, res.Error, len(res.Turns))
+	}
+	saves := states.last
+	req := request()
+	req.EpisodeID = "r--u-k0"
+	if err := w.Start(ctx, req); !errors.Is(err, ErrDropped) || len(rec.msgs) != 3 || states.last != saves {
+		t.Fatalf("a request of the dropped run: %v, %d messages, %d saves", err, len(rec.msgs), states.last)
 	}
 }

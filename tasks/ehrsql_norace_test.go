@@ -1,6 +1,0 @@
-//go:build !race
-
-package tasks
-
-// ehrRaceBuild is true under the race detector (see ehrsql_race_test.go).
-const ehrRaceBuild = false
