@@ -1,8 +1,10 @@
 package systemtest
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -10,15 +12,33 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
+// composeVar is compose's variable syntax, ${NAME} or ${NAME:-default}.
+var composeVar = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}`)
+
+// composeFileDefaults reads deploy/compose/compose.yaml as compose reads it
+// with none of its variables set: each ${NAME:-default} is its default. A
+// variable without a default fails the test (compose would leave it empty).
+func composeFileDefaults(t *testing.T) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "compose", "compose.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return composeVar.ReplaceAllFunc(raw, func(m []byte) []byte {
+		sub := composeVar.FindSubmatch(m)
+		if !bytes.Contains(m, []byte("-")) {
+			t.Errorf("compose.yaml: %s has no default", m)
+		}
+		return sub[2]
+	})
+}
+
 // TestComposeMountsTrees checks deploy/compose: the sandbox-worker mounts
 // the library's agent tree and nothing else of it, and no service mounts
 // the whole library (which holds the verifier tree); the verifier tree goes
 // to the services that hold the answers.
 func TestComposeMountsTrees(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "compose", "compose.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := composeFileDefaults(t)
 	var doc struct {
 		Services map[string]struct {
 			Command []string `yaml:"command"`
@@ -64,10 +84,7 @@ func TestComposeMountsTrees(t *testing.T) {
 // come from secret files, and every service's metrics bind its own
 // container address.
 func TestComposeExposesLittleAndHoldsNoSecret(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "compose", "compose.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := composeFileDefaults(t)
 	var c struct {
 		Services map[string]struct {
 			Command     []string          `yaml:"command"`
