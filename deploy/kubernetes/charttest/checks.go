@@ -24,7 +24,14 @@ var Durables = []string{
 	schemas.DurableDispatcherRuns, schemas.DurableDispatcherScores, schemas.DurableDispatcherDead,
 	schemas.DurableLLMEpisodes, schemas.DurableLLMChecks, schemas.DurableSandboxActions,
 	schemas.DurableVerifierObs, schemas.DurableVerifierResults,
+	schemas.DurableEnvChecks, schemas.DurableEnvScores,
 }
+
+// NotDeployed are the durables of services the chart does not deploy (the
+// environment server, services/env, runs beside a training framework): the
+// NATS permissions name them and schemas holds them, but no pod of the chart
+// reads them, so the live scrape cannot show them.
+var NotDeployed = []string{schemas.DurableEnvChecks, schemas.DurableEnvScores}
 
 // Services are the medgym services the chart deploys (app.kubernetes.io/name).
 var Services = []string{"dispatcher", "llm-worker", "sandbox-worker", "verifier"}
@@ -417,7 +424,7 @@ func CollectUses(ms []Manifest, dashboard []byte) (Uses, error) {
 }
 
 // Buckets are schemas' key-value buckets and object store.
-var Buckets = []string{schemas.BucketRuns, schemas.BucketEpisodes, schemas.BucketBlobs, schemas.BucketCompletions}
+var Buckets = []string{schemas.BucketRuns, schemas.BucketEpisodes, schemas.BucketBlobs, schemas.BucketCompletions, schemas.BucketEnvSessions}
 
 // CheckSchemas checks every stream, bucket and consumer the triggers and
 // the NATS permissions name against schemas.
@@ -466,7 +473,7 @@ func CheckScrape(u Uses, pages map[string]string) []error {
 	}
 	// Every durable a permission names is a consumer some service reads.
 	for _, s := range u.Subjects {
-		if s.Consumer == "" || s.Bucket {
+		if s.Consumer == "" || s.Bucket || slices.Contains(NotDeployed, s.Consumer) {
 			continue
 		}
 		if !slices.ContainsFunc(slices.Collect(maps.Values(pages)), func(page string) bool { return hasLag(page, s.Stream, s.Consumer) }) {
