@@ -73,20 +73,7 @@ func TestCancelCLI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	f := baseFlags(t)
-	ns, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	f.NATS = ns.ClientURL()
-	conn, err := bus.Connect(ctx, f.NATS, "test", cli.NewLogger(io.Discard, "error"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	conn := embeddedBus(t, ctx, f)
 	const planned = 40
 	f.Limit, f.RunID, f.MaxInFlight = planned, "cancelme", 2
 	r := startRun(t, ctx, conn, f, io.Discard)
@@ -250,20 +237,7 @@ func TestCancelDropStopsInFlight(t *testing.T) {
 	llm := httptest.NewServer(fake)
 	defer llm.Close()
 	f := baseFlags(t)
-	ns, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	f.NATS = ns.ClientURL()
-	conn, err := bus.Connect(ctx, f.NATS, "test", cli.NewLogger(io.Discard, "error"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	conn := embeddedBus(t, ctx, f)
 	const inFlight = 2
 	f.Policy, f.LLMURL, f.Model, f.MaxTurns = "openai", llm.URL+"/v1", "fake", maxTurns
 	f.Limit, f.RunID, f.MaxInFlight = 6, "dropme", inFlight

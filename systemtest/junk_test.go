@@ -29,17 +29,18 @@ var consumedSubjects = map[schemas.Subject]string{
 	schemas.DeadLetter:          "dispatcher-deadletters",
 }
 
-// startMeteredPipeline runs every service in-process on an embedded
-// JetStream server with one bus.Metrics, as `medgym serve` does.
-func startMeteredPipeline(t *testing.T, ctx context.Context, f *cli.RunFlags) (*bus.Conn, *bus.Metrics) {
+// embeddedBus starts an embedded JetStream server for the test, points f at
+// it, and returns a connection with medgym's streams made; both end with the
+// test.
+func embeddedBus(t *testing.T, ctx context.Context, f *cli.RunFlags) *bus.Conn {
 	t.Helper()
 	ns, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	log := cli.NewLogger(io.Discard, "error")
-	conn, err := bus.Connect(ctx, ns.ClientURL(), "test", log)
+	f.NATS = ns.ClientURL()
+	conn, err := bus.Connect(ctx, f.NATS, "test", cli.NewLogger(io.Discard, "error"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +48,15 @@ func startMeteredPipeline(t *testing.T, ctx context.Context, f *cli.RunFlags) (*
 	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	return conn
+}
+
+// startMeteredPipeline runs every service in-process on an embedded
+// JetStream server with one bus.Metrics, as `medgym serve` does.
+func startMeteredPipeline(t *testing.T, ctx context.Context, f *cli.RunFlags) (*bus.Conn, *bus.Metrics) {
+	t.Helper()
+	conn := embeddedBus(t, ctx, f)
+	log := cli.NewLogger(io.Discard, "error")
 	m := bus.NewMetrics()
 	goServices(t, ctx, f, func(string) *bus.Conn { return conn }, m, log, tasks.AgentTree(f.Library))
 	return conn, m
