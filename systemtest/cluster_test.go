@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/bus/bustest"
 	"github.com/medgym/medgym/cmd/medgym/cli"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/services/llm-worker/fakellm"
@@ -138,10 +139,10 @@ func (tl *timeline) String() string {
 
 // clusterPasswordEnv gives every user of deploy/nats/auth.conf the password
 // "test", as nats-server reads them.
-func clusterPasswordEnv() []string {
+func clusterPasswordEnv(t testing.TB) []string {
 	var env []string
-	for _, u := range []string{"DISPATCHER", "LLM_WORKER", "SANDBOX_WORKER", "VERIFIER", "CLIENT", "TRAINER", "ADMIN"} {
-		env = append(env, "MEDGYM_NATS_PASSWORD_"+u+"=test")
+	for _, v := range bustest.DeployPasswordVars(t, filepath.Join(repoRoot(t), "deploy/nats/auth.conf")) {
+		env = append(env, v+"=test")
 	}
 	return env
 }
@@ -246,7 +247,7 @@ func TestClusterAcrossHosts(t *testing.T) {
 		env := append([]string{"NATS_SERVER_NAME=" + name, "NATS_CLIENT_LISTEN=" + lab.addr(ns) + ":4222",
 			"NATS_CLUSTER_LISTEN=" + lab.addr(ns) + ":6222", "NATS_ROUTE_PASSWORD=route-test",
 			"NATS_STORE_DIR=" + filepath.Join(work, name)}, routes...)
-		env = append(env, clusterPasswordEnv()...)
+		env = append(env, clusterPasswordEnv(t)...)
 		nodes[name] = &proc{t: t, name: name, log: logf, args: in(ns, env, natsBin, "-c", conf)}
 		nodes[name].start()
 	}

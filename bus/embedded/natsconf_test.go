@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/bus/bustest"
 	"github.com/medgym/medgym/schemas"
 )
 
@@ -41,8 +42,8 @@ func TestDeployNATSConfListensOnLoopback(t *testing.T) {
 // setPasswords gives every user of deploy/nats/auth.conf the password
 // "test", through the environment as nats-server reads it.
 func setPasswords(t *testing.T) {
-	for _, u := range []string{"DISPATCHER", "LLM_WORKER", "SANDBOX_WORKER", "VERIFIER", "CLIENT", "TRAINER", "ADMIN"} {
-		t.Setenv("MEDGYM_NATS_PASSWORD_"+u, "test")
+	for _, v := range bustest.DeployPasswordVars(t, "../../deploy/nats/auth.conf") {
+		t.Setenv(v, "test")
 	}
 }
 
