@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,8 +19,9 @@ import (
 )
 
 func TestAbuse(t *testing.T) {
-	// A secret in the worker's environment must never reach agent code.
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "medgym-fake-secret-4242")
+	// A secret in the worker's environment (TestMain puts it there) must
+	// never reach agent code.
+	t.Parallel()
 	for name, mk := range backends() {
 		if name == "docker" {
 			// On-demand Docker containers and pooled ones are made by the same
@@ -166,9 +168,9 @@ for f in glob.glob("/proc/*/environ"):
     except Exception: pass
 print("FOUND", found)
 print("ENV", sorted(env))
-print("LEAK", "medgym-fake-secret" in procs or "AWS_SECRET" in str(env))
+print("LEAK", %q in procs or "AWS_SECRET" in str(env))
 print("ROOT", sorted(os.listdir("/")))
-`, secret)
+`, secret, fakeSecret)
 		r := exec1(t, s, code(newEpisode(), src, 20))
 		if r.Status != schemas.StatusOK || strings.Contains(r.Stdout, "TOPSECRET") || !strings.Contains(r.Stdout, "LEAK False") {
 			t.Fatalf("host data leaked: %+v", r)
@@ -498,6 +500,85 @@ func canarySearch(canary, root string) string {
 	return fmt.Sprintf(`H=%q; T=%q; grep -rlsaF --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -e "$H$T" %s; echo "grep-exit=$?"`, head, tail, root)
 }
 
+// sandboxSearch is canarySearch over a sandbox's whole file tree but /proc,
+// /sys, /dev and /usr, and the top-level links (/bin, /lib: into /usr). It
+// prints the tops it searched. /usr is the host's (bwrap) or the image's
+// (Docker) system tree, mounted read-only; TestCanary proves from the
+// sandbox's mount table that no mount, /usr included, reaches the verifier
+// tree, so the content search covers what the sandbox adds: /data, the
+// workspace, /tmp, /etc and the boot files. Reading all of /usr as well
+// (gigabytes on a machine with several toolchains) outran the two-minute
+// action limit under load and proved nothing the mount table does not.
+func sandboxSearch(canary string) string {
+	head, tail := canary[:len(canary)/2], canary[len(canary)/2:]
+	return fmt.Sprintf(`H=%q; T=%q; set --
+for d in /* /.[!.]*; do
+  case "$d" in /proc|/sys|/dev|/usr) continue ;; esac
+  if [ -e "$d" ] && [ ! -L "$d" ]; then set -- "$@" "$d"; fi
+done
+echo "searched: $*"
+grep -rlsaF -e "$H$T" "$@"; echo "grep-exit=$?"`, head, tail)
+}
+
+// mountsReaching returns the mount points in mountinfo (a sandbox's
+// /proc/self/mountinfo) whose source holds the host path target: a mount of
+// target's filesystem whose root is target or one of its parents. Host and
+// sandbox share the kernel, so device numbers and roots compare directly.
+func mountsReaching(t *testing.T, mountinfo, target string) []string {
+	t.Helper()
+	dev, rel := hostMount(t, target)
+	var out []string
+	for _, m := range parseMountinfo(t, mountinfo) {
+		if m.dev == dev && (m.root == "/" || rel == m.root || strings.HasPrefix(rel, m.root+"/")) {
+			out = append(out, m.point)
+		}
+	}
+	return out
+}
+
+type mountEntry struct{ dev, root, point, opts string }
+
+// parseMountinfo reads proc(5) mountinfo lines: ID, parent, major:minor,
+// root, mount point, options, ... (octal escapes are left as they are:
+// the test's paths have none).
+func parseMountinfo(t *testing.T, s string) []mountEntry {
+	t.Helper()
+	var out []mountEntry
+	for _, line := range strings.Split(strings.TrimSpace(s), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 {
+			t.Fatalf("not a mountinfo line: %q", line)
+		}
+		out = append(out, mountEntry{dev: f[2], root: f[3], point: f[4], opts: f[5]})
+	}
+	if len(out) == 0 {
+		t.Fatal("empty mountinfo")
+	}
+	return out
+}
+
+// hostMount finds the mount holding path in this process's mount table and
+// returns its device and path's place in that filesystem.
+func hostMount(t *testing.T, path string) (dev, rel string) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err = filepath.EvalSymlinks(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	best := ""
+	for _, m := range parseMountinfo(t, string(b)) {
+		if (path == m.point || m.point == "/" || strings.HasPrefix(path, m.point+"/")) && len(m.point) >= len(best) {
+			best, dev = m.point, m.dev
+			rel = filepath.Join(m.root, strings.TrimPrefix(path, m.point))
+		}
+	}
+	return dev, rel
+}
+
 // TestCanary is issue 13's reward-integrity check: the answer key (every
 // verifier-only file, each holding a canary) is unreadable from inside the
 // sandbox on every backend and through every action that returns data
@@ -505,6 +586,7 @@ func canarySearch(canary, root string) string {
 // host's verifier tree finds it (the positive control). A data root that
 // holds verifier-only files is refused at start.
 func TestCanary(t *testing.T) {
+	t.Parallel()
 	lib, canary := canaryLibrary(t)
 	agent, verifier := filepath.Join(lib, "agent"), filepath.Join(lib, "verifier")
 
@@ -543,8 +625,8 @@ func TestCanary(t *testing.T) {
 canary = (%q + %q).encode()
 hits, read = [], 0
 for top, dirs, files in os.walk("/"):
-    if top == "/":
-        dirs[:] = [d for d in dirs if d not in ("proc", "sys", "dev")]
+    if top == "/":  # as sandboxSearch: /usr is covered by the mount check
+        dirs[:] = [d for d in dirs if d not in ("proc", "sys", "dev", "usr")]
     for f in files:
         p = os.path.join(top, f)
         try:
@@ -562,7 +644,7 @@ print("data:", sorted(os.listdir("/data")), sorted(os.listdir("/data/toy")))
 `, canary[:len(canary)/2], canary[len(canary)/2:])
 	for name, mk := range backends() {
 		t.Run(name, func(t *testing.T) {
-			t.Parallel() // backends are independent; most of the time is grep reading /usr
+			t.Parallel() // backends are independent
 			s := mk(t, Config{DataRoot: agent})
 			withData := func(r schemas.ActionRequest) schemas.ActionRequest {
 				r.Resources = []string{"toy"}
@@ -570,12 +652,34 @@ print("data:", sorted(os.listdir("/data")), sorted(os.listdir("/data/toy")))
 				return r
 			}
 			ep := newEpisode()
-			r := exec1(t, s, withData(term(ep, canarySearch(canary, "/"), 120)))
+			// No mount reaches the verifier tree; the positive control: the
+			// /data mount reaches the agent tree, so the check can fail.
+			r := exec1(t, s, withData(term(ep, "cat /proc/self/mountinfo", 30)))
+			if r.Status != schemas.StatusOK {
+				t.Fatalf("terminal: reading the mount table: %s %q", r.Status, r.Message)
+			}
+			if got := mountsReaching(t, r.Stdout, filepath.Join(agent, "toy")); !slices.Contains(got, "/data/toy") && !slices.Contains(got, "/data") {
+				t.Fatalf("positive control: no mount in the sandbox reaches the agent data (got %v):\n%s", got, r.Stdout)
+			}
+			if got := mountsReaching(t, r.Stdout, verifier); len(got) > 0 {
+				t.Fatalf("sandbox mounts %v reach the verifier tree:\n%s", got, r.Stdout)
+			}
+			for _, m := range parseMountinfo(t, r.Stdout) {
+				if m.point == "/usr" && !slices.Contains(strings.Split(m.opts, ","), "ro") {
+					t.Fatalf("/usr is writable in the sandbox: %+v", m)
+				}
+			}
+			r = exec1(t, s, withData(term(ep, sandboxSearch(canary), 120)))
 			// grep lists every file holding the canary; exit 1 (none) or 2
 			// (none, and some files were unreadable) are what pass.
-			if out := strings.TrimSpace(r.Stdout); strings.Contains(r.Message, canary) || strings.Contains(out, "\n") ||
-				(out != "grep-exit=1" && out != "grep-exit=2") {
-				t.Fatalf("terminal: grep -r / found the canary or failed: %s %q", r.Status, r.Message)
+			lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+			if strings.Contains(r.Message, canary) || len(lines) != 2 || (lines[1] != "grep-exit=1" && lines[1] != "grep-exit=2") {
+				t.Fatalf("terminal: grep -r found the canary or failed: %s %q", r.Status, r.Message)
+			}
+			for _, top := range []string{"/data", WorkDir, "/tmp", "/etc"} {
+				if !slices.Contains(strings.Fields(strings.TrimPrefix(lines[0], "searched:")), top) {
+					t.Fatalf("terminal: the search skipped %s: %q", top, lines[0])
+				}
 			}
 			r = exec1(t, s, withData(code(ep, pySearch, 120)))
 			if strings.Contains(r.Message, canary) || !strings.Contains(r.Stdout, "hits: []") {

@@ -11,6 +11,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	for name, mk := range backends() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -56,6 +56,7 @@ func dockerContainers(t testing.TB, root string) []string {
 // one labelled container per episode, removed by Release, by Reap for dead
 // episodes, and by Close.
 func TestDockerContainers(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("MEDGYM_DOCKER") != "1" {
 		t.Skip("MEDGYM_DOCKER != 1")
 	}

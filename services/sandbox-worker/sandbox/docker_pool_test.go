@@ -142,6 +142,7 @@ func firstTurn(t testing.TB, s *Sandbox, ep string) error {
 // same settings as a container started on demand, and that the episode
 // keeps its workspace when its pooled container is killed.
 func TestDockerPool(t *testing.T) {
+	t.Parallel()
 	requireDocker(t)
 	root := filepath.Join(openTempDir(t), "work")
 	s := dockerWith(2)(t, Config{WorkRoot: root})
@@ -280,6 +281,7 @@ func TestDockerPool(t *testing.T) {
 // container on demand, later ones get ready containers with that set
 // mounted, and the pool holds DockerReady containers in all.
 func TestDockerPoolResourceSets(t *testing.T) {
+	t.Parallel()
 	requireDocker(t)
 	data := openTempDir(t)
 	for _, res := range []string{"toy", "other"} {
@@ -340,6 +342,7 @@ func (s *Sandbox) mustMounts(t testing.TB, res ...string) []mount {
 // TestDockerPoolExhausted checks that episodes that find the pool empty
 // start their containers on demand, and work.
 func TestDockerPoolExhausted(t *testing.T) {
+	t.Parallel()
 	requireDocker(t)
 	s := dockerWith(1)(t, Config{})
 	d, p := dockerPoolOf(t, s)
@@ -385,6 +388,7 @@ func TestDockerPoolExhausted(t *testing.T) {
 // episode got (and their directories), and that a worker restarted on the
 // same WorkRoot removes what the pool of the one before left.
 func TestDockerPoolCleanup(t *testing.T) {
+	t.Parallel()
 	requireDocker(t)
 	root := filepath.Join(openTempDir(t), "work")
 

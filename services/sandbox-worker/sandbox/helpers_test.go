@@ -67,7 +67,7 @@ func backends() map[string]constructor {
 	b := map[string]constructor{"cold": newWith(0), "warm": newWith(1)}
 	if os.Getenv("MEDGYM_DOCKER") == "1" {
 		b["docker"] = newDocker
-		b["docker-pool"] = dockerWith(2)
+		b["docker-pool"] = dockerWith(1)
 	}
 	return b
 }

@@ -11,8 +11,10 @@ import (
 )
 
 func TestReapAfterAbruptStop(t *testing.T) {
+	t.Parallel()
 	for name, mk := range backends() {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			root := filepath.Join(openTempDir(t), "work")
 			a := mk(t, Config{WorkRoot: root})
 			dead, alive := newEpisode(), newEpisode()

@@ -21,6 +21,7 @@ func bwrapBackends() map[string]constructor {
 // sandbox_error with bwrap's own message, from bwrap's status report and
 // never from the text on stderr, and that code cannot cause one.
 func TestSetupFailure(t *testing.T) {
+	t.Parallel()
 	for name, mk := range bwrapBackends() {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -129,6 +130,7 @@ func setupFailure(t *testing.T, mk constructor) {
 // set up a sandbox, and exits 1 as bwrap does, is still the code failing.
 // So is code that writes forged status lines to every descriptor it can reach.
 func TestFakeSetupFailure(t *testing.T) {
+	t.Parallel()
 	const fake = "bwrap: Can't mount proc on /newroot/proc: Operation not permitted"
 	for name, mk := range backends() {
 		t.Run(name, func(t *testing.T) {
