@@ -88,22 +88,7 @@ func StartCluster(t testing.TB, n int) ([]*server.Server, string) {
 		servers[i] = ns
 		seeds = append(seeds, ns.ClientURL())
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		leaders := 0
-		for _, s := range servers {
-			if s.JetStreamIsLeader() {
-				leaders++
-			}
-		}
-		if leaders == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("JetStream cluster has no meta leader after 30s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	WaitJetStreamCluster(t, servers)
 	return servers, strings.Join(seeds, ",")
 }
 
@@ -115,4 +100,34 @@ func freePort(t testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// WaitJetStreamCluster waits until the servers form a ready JetStream
+// cluster: one meta leader that counts every node as an online
+// JetStream peer with current stats, and every node current with it: a
+// leader alone is not enough, an R3 stream created before the others'
+// stats reach it fails with "no suitable peers for placement".
+func WaitJetStreamCluster(t testing.TB, servers []*server.Server) {
+	t.Helper()
+	n := len(servers)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		leaders, peers, current := 0, 0, 0
+		for _, s := range servers {
+			if s.JetStreamIsLeader() {
+				leaders++
+				peers = len(s.JetStreamClusterPeers())
+			}
+			if s.JetStreamIsCurrent() {
+				current++
+			}
+		}
+		if leaders == 1 && peers == n && current == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("JetStream cluster not ready after 30s: %d meta leaders, %d peers online, %d of %d current", leaders, peers, current, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,13 +98,7 @@ func TestDeployClusterConf(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	// JetStream answers once the three nodes elected a meta leader.
-	for !slices.ContainsFunc(servers, (*server.Server).JetStreamIsLeader) {
-		if ctx.Err() != nil {
-			t.Fatal("the three nodes elected no meta leader")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	bustest.WaitJetStreamCluster(t, servers)
 	// Authorisation is on (auth.conf): stream administration is admin's.
 	if _, err := bus.Connect(ctx, strings.Join(seeds, ","), "anonymous", slog.New(slog.DiscardHandler)); err == nil {
 		t.Error("the cluster let a client in without credentials")
@@ -115,12 +108,8 @@ func TestDeployClusterConf(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	// Right after the election the meta leader may not know every peer yet.
-	for err = bus.EnsureStreams(ctx, conn, bus.StreamOptions{Replicas: 3}); err != nil; err = bus.EnsureStreams(ctx, conn, bus.StreamOptions{Replicas: 3}) {
-		if ctx.Err() != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(200 * time.Millisecond)
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{Replicas: 3}); err != nil {
+		t.Fatal(err)
 	}
 	p, err := conn.StreamPlacement(ctx, schemas.StreamEpisodes)
 	if err != nil {
