@@ -97,7 +97,8 @@ func TestTrainStepLosses(t *testing.T) {
 // Llama: loss masks, the three losses, the resident worker and its policy
 // server, peft adapter output, a resume) and gpu_bench.py (both training
 // paths and generation from the worker's server); the summary line must
-// report success and the benchmark's figures.
+// report success and the benchmark's figures, the resident worker's fixed
+// cost per iteration below the per-process path's.
 func TestGPUCheckTiny(t *testing.T) {
 	py := python(t, "transformers", "peft")
 	cmd := exec.Command("python/gpu_check.sh", "--tiny", "--work", t.TempDir())
@@ -125,6 +126,12 @@ func TestGPUCheckTiny(t *testing.T) {
 	if b.ResidentFixed == nil || b.PerProcessFixed == nil || b.TokensPerS == nil || *b.TokensPerS <= 0 ||
 		b.ServeTokensPerS == nil || *b.ServeTokensPerS <= 0 {
 		t.Fatalf("benchmark figures missing: %s", lines[len(lines)-1])
+	}
+	// The resident worker's reason to exist: per iteration it pays no
+	// process start, imports or model load.
+	if *b.ResidentFixed >= *b.PerProcessFixed {
+		t.Fatalf("resident worker's fixed cost per iteration %gs is not below one process per iteration's %gs",
+			*b.ResidentFixed, *b.PerProcessFixed)
 	}
 	t.Logf("%s", lines[len(lines)-1])
 }
