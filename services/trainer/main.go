@@ -118,11 +118,17 @@ func cmdOnline(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var wait time.Duration
 	var waitErr error
 	bus.RegisterConnectTimeout(fs, os.Getenv, &wait, &waitErr)
+	natsURL := fs.String("nats", os.Getenv("MEDGYM_NATS"), "NATS server URL, or comma-separated seed URLs of a cluster; overrides the config's nats (env MEDGYM_NATS)")
+	var streams bus.StreamOptions
+	streams.RegisterFlags(fs, os.Getenv)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if waitErr != nil {
 		return fmt.Errorf("online: %w", waitErr)
+	}
+	if err := streams.Validate(); err != nil {
+		return fmt.Errorf("online: %w", err)
 	}
 	if *cfgPath == "" {
 		return errors.New("online: --config is required")
@@ -135,7 +141,10 @@ func cmdOnline(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	if *natsURL != "" {
+		cfg.NATS = *natsURL
+	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
-	_, err = online.Run(ctx, cfg, stdout, log, bus.WithTLS(tlsFiles), bus.WithConnectTimeout(wait))
+	_, err = online.Run(ctx, cfg, streams, stdout, log, bus.WithTLS(tlsFiles), bus.WithConnectTimeout(wait))
 	return err
 }

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv(childEnv); path != "" {
 		cfg, err := online.LoadConfig(path)
 		if err == nil {
-			_, err = online.Run(context.Background(), cfg, os.Stdout, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+			_, err = online.Run(context.Background(), cfg, bus.StreamOptions{}, os.Stdout, slog.New(slog.NewTextHandler(os.Stderr, nil)))
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)

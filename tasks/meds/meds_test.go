@@ -2,6 +2,7 @@ package meds
 
 import (
 	"errors"
+	"github.com/medgym/medgym/tasks"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,11 +14,7 @@ import (
 // the per-item counts its PROVENANCE publishes (the first seven agree with
 // the raw chartevents file).
 func TestReadChartItems(t *testing.T) {
-	root := os.Getenv("MEDGYM_DATA")
-	if root == "" {
-		root = filepath.Join("..", "..", "..", "shared", "data")
-	}
-	path := filepath.Join(root, "mimic-iv-demo", "fallback_meds", "mimic_iv_demo_meds_events.parquet")
+	path := filepath.Join(tasks.DataRoot(), "mimic-iv-demo", "fallback_meds", "mimic_iv_demo_meds_events.parquet")
 	if _, err := os.Stat(path); err != nil {
 		t.Skipf("no %s", path)
 	}

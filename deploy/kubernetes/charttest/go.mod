@@ -6,6 +6,7 @@ require (
 	github.com/kedacore/keda/v2 v2.21.0
 	github.com/medgym/medgym/bus v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/schemas v0.0.0-00010101000000-000000000000
+	github.com/medgym/medgym/tasks v0.0.0-00010101000000-000000000000
 	helm.sh/helm/v3 v3.22.0
 	k8s.io/api v0.37.0
 	k8s.io/apimachinery v0.37.0
@@ -151,4 +152,5 @@ require (
 replace (
 	github.com/medgym/medgym/bus => ../../../bus
 	github.com/medgym/medgym/schemas => ../../../schemas
+	github.com/medgym/medgym/tasks => ../../../tasks
 )

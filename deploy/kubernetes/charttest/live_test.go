@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/medgym/medgym/tasks"
 	"io"
 	"log/slog"
 	"net"
@@ -87,11 +88,7 @@ func TestNamesOnLiveMetrics(t *testing.T) {
 		must(t, os.MkdirAll(filepath.Join(lib, "agent"), 0o755))
 		must(t, os.MkdirAll(filepath.Join(lib, "verifier"), 0o755))
 	}
-	data := os.Getenv("MEDGYM_DATA")
-	if data == "" {
-		data = filepath.Join(repoRoot, "..", "shared", "data")
-	}
-	data, _ = filepath.Abs(data)
+	data, _ := filepath.Abs(tasks.DataRoot())
 	store := filepath.Join(dir, "store")
 	work := filepath.Join(dir, "work")
 	must(t, os.MkdirAll(work, 0o755))

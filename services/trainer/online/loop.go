@@ -114,9 +114,10 @@ func New(cfg Config, conn *bus.Conn, st *store.Store, out io.Writer, log *slog.L
 }
 
 // Run connects to NATS (with opts: TLS, the wait for a server not up yet)
-// and the store named in cfg and runs the loop until cfg.Iterations are
+// and the store named in cfg (creating missing streams and buckets with
+// streams' replicas and placement) and runs the loop until cfg.Iterations are
 // complete or ctx ends.
-func Run(ctx context.Context, cfg Config, out io.Writer, log *slog.Logger, opts ...bus.ConnectOption) ([]Report, error) {
+func Run(ctx context.Context, cfg Config, streams bus.StreamOptions, out io.Writer, log *slog.Logger, opts ...bus.ConnectOption) ([]Report, error) {
 	auth, err := bus.AuthFromEnv(os.Getenv)
 	if err != nil {
 		return nil, err
@@ -126,7 +127,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer, log *slog.Logger, opts 
 		return nil, err
 	}
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
+	if err := bus.EnsureStreams(ctx, conn, streams); err != nil {
 		return nil, err
 	}
 	st, err := store.Open(ctx, cfg.Store, store.Options{})
