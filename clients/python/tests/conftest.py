@@ -1,6 +1,11 @@
 """Fixtures: a live ``medgym env serve`` (bin/medgym, embedded JetStream, the real sandbox and verifier) on a free
 loopback port with its own state and trajectory store, and reference episodes played by ``medgym run``.
 
+Every client the fixtures hand out (``client``, ``Server.client()``, ``Server.async_client()``) talks through a
+validating transport (contract.py): each response is checked against the server's own /openapi.json and searched for
+the gold answers of the TREQS tasks the test plays (read from the library's verifier tree); a mismatch or a leak
+fails the test at once, and the autouse ``contract_failures`` check fails a test in which a client swallowed one.
+
 Environment: MEDGYM_BIN (default <repo>/bin/medgym, built by ``make build``), MEDGYM_LIBRARY (default
 <repo>/build/library, ``make library``). ``make test-env`` sets both and runs this suite.
 """
@@ -16,10 +21,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+
+if TYPE_CHECKING:
+    import medgym
+    from contract import Contract, ValidatingTransport
 
 ROOT = Path(__file__).resolve().parents[3]
 TESTS = Path(__file__).resolve().parent
@@ -45,6 +54,15 @@ def library() -> Path:
     return lib
 
 
+def verifier_tree() -> Path:
+    """The library's verifier tree (ground truths: <dataset>/<split>.jsonl); only the tests read it, never a session."""
+    return library() / "verifier"
+
+
+# Every Contract a server made, for the autouse check.
+CONTRACTS: list["Contract"] = []
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -62,6 +80,8 @@ class Server:
     args: list[str]
     proc: subprocess.Popen | None = None
     env: dict[str, str] = field(default_factory=dict)
+    checked: bool = True
+    contract: "Contract | None" = field(default=None, repr=False)
 
     def start(self, timeout: float = 180.0) -> "Server":
         logf = open(self.log, "ab")
@@ -72,6 +92,14 @@ class Server:
                 raise RuntimeError(f"medgym env serve exited with {self.proc.returncode}:\n{self.log.read_text()[-4000:]}")
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    if self.checked and self.contract is None:
+                        # The document this server serves (the one every response is checked against). Imported
+                        # here: the adapter venvs (scripts/test-adapters.sh), whose servers are unchecked, lack jsonschema.
+                        from contract import Contract
+
+                        doc = httpx.get(f"{self.url}/openapi.json", timeout=10).raise_for_status().json()
+                        self.contract = Contract(doc, verifier=verifier_tree())
+                        CONTRACTS.append(self.contract)
                     return self
             except httpx.TransportError:
                 pass
@@ -88,6 +116,27 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+    def transport(self) -> "ValidatingTransport":
+        """An httpx transport that checks every response against this server's document."""
+        from contract import ValidatingTransport
+
+        assert self.contract is not None, "the server is not started, or started unchecked"
+        return ValidatingTransport(self.contract)
+
+    def client(self, url: str | None = None, **kw: Any) -> "medgym.Client":
+        """A medgym.Client of this server (or of url, a proxy in front of it) whose responses are checked."""
+        import medgym
+
+        return medgym.Client(url or self.url, transport=self.transport(), **kw)
+
+    def async_client(self, **kw: Any) -> "medgym.AsyncClient":
+        """A medgym.AsyncClient of this server whose responses are checked."""
+        import medgym
+        from contract import AsyncValidatingTransport
+
+        assert self.contract is not None, "the server is not started, or started unchecked"
+        return medgym.AsyncClient(self.url, transport=AsyncValidatingTransport(self.contract), **kw)
 
     def rows(self, run_id: str) -> list[dict[str, Any]]:
         """The stored trajectory rows of run_id (pyarrow over the store's Parquet)."""
@@ -106,7 +155,9 @@ def read_rows(store: Path, run_id: str) -> list[dict[str, Any]]:
     return pds.dataset(files, format="parquet").to_table().to_pylist()
 
 
-def start_server(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> Server:
+def start_server(tmp: Path, *extra: str, env: dict[str, str] | None = None, checked: bool = True) -> Server:
+    """A ``medgym env serve`` over tmp's state and store with the extra flags; checked: its clients (Server.client)
+    check every response against its /openapi.json and the verifier tree's gold answers (contract.py)."""
     port = free_port()
     tmp.mkdir(parents=True, exist_ok=True)
     args = [
@@ -120,7 +171,7 @@ def start_server(tmp: Path, *extra: str, env: dict[str, str] | None = None) -> S
     ]  # fmt: skip
     e = dict(os.environ)
     e.update(env or {})
-    return Server(f"http://127.0.0.1:{port}", tmp / "store", tmp / "state", tmp / "server.log", args, env=e).start()
+    return Server(f"http://127.0.0.1:{port}", tmp / "store", tmp / "state", tmp / "server.log", args, env=e, checked=checked).start()
 
 
 @pytest.fixture(scope="session")
@@ -129,6 +180,39 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     s = start_server(tmp_path_factory.mktemp("env-serve"))
     yield s
     s.stop()
+
+
+@pytest.fixture
+def client(server):
+    """A medgym.Client of the suite's server, every response checked (see Server.client)."""
+    with server.client() as c:
+        yield c
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if report.when == "call":
+        item.stash[CALL_REPORT] = report
+    return report
+
+
+CALL_REPORT = pytest.StashKey[pytest.TestReport]()
+
+
+@pytest.fixture(autouse=True)
+def contract_failures(request: pytest.FixtureRequest):
+    """Fail a test during which any checked response failed, even where the test (or the code under test) caught
+    the ContractError its client raised (one the test's own failure already shows is not reported twice)."""
+    seen = {id(c): len(c.failures) for c in CONTRACTS}
+    yield
+    new = [f for c in CONTRACTS for f in c.failures[seen.get(id(c), 0) :]]
+    call = request.node.stash.get(CALL_REPORT, None)
+    if call is not None and call.failed:
+        shown = str(call.longrepr)
+        new = [f for f in new if f not in shown]
+    if new:
+        pytest.fail("responses that do not match the API's document:\n" + "\n".join(new), pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -169,5 +253,5 @@ def run_id(name: str) -> str:
     return f"pytest-{name}-{os.getpid()}-{time.time_ns() % 10**9}"
 
 
-__all__ = ["DATASET", "SPLIT", "Server", "prompt_of", "read_rows", "reference_action", "run_id", "start_server"]
+__all__ = ["DATASET", "SPLIT", "Server", "prompt_of", "read_rows", "reference_action", "run_id", "start_server", "verifier_tree"]
 

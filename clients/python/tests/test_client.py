@@ -14,12 +14,6 @@ from conftest import DATASET, SPLIT, prompt_of, reference_action, run_id
 import medgym
 
 
-@pytest.fixture
-def client(server):
-    with medgym.Client(server.url) as c:
-        yield c
-
-
 def tool_call(action: dict) -> dict:
     return {"id": "call_0", "type": "function",
             "function": {"name": action["action"], "arguments": json.dumps(action["params"])}}  # fmt: skip
@@ -93,13 +87,14 @@ def test_a_retried_step_is_answered_once(server, reference):
     and gets the stored answer; the code ran once (one row, one turn)."""
     row = reference[0]
     rid = run_id("retry")
-    with LossyProxy(server.url, drop_replies_to=b"/step") as proxy, medgym.Client(proxy.url, backoff=0.05) as c:
+    with LossyProxy(server.url, drop_replies_to=b"/step") as proxy, server.client(proxy.url, backoff=0.05) as c:
         s = c.session(row["task_id"], dataset=DATASET, split=SPLIT, run_id=rid)
         r = s.step(json.dumps(reference_action(row)))
         assert proxy.dropped == 1
         assert r.done and r.info["outcome"] == "correct" and r.info["turn"] == 0
         assert proxy.forwarded_steps == 2  # the first try and the retry, both with turn 0
-    status = medgym.Client(server.url).session_status(s.id)
+    with server.client() as c:
+        status = c.session_status(s.id)
     assert status["turn"] == 1 and status["done"]
     rows = server.rows(rid)
     assert len(rows) == 1 and rows[0]["num_turns"] == 1
@@ -120,7 +115,7 @@ def test_async_client_many_sessions(server, reference):
             return await s.step(json.dumps(reference_action(row)))
 
     async def main() -> list[medgym.StepResult]:
-        async with medgym.AsyncClient(server.url) as c:
+        async with server.async_client() as c:
             return await asyncio.gather(*(one(c, reference[i % 2]) for i in range(6)))
 
     results = asyncio.run(main())

@@ -22,7 +22,8 @@ def test_registered_on_import():
 def test_check_env(server, reference):
     """gymnasium's checker: spaces, reset/step signatures and types, seeding determinism (the same seed picks the same
     task and gives the same prompt), observations in the observation space."""
-    env = MedGymEnv(server.url, task_ids=[r["task_id"] for r in reference], options={"run_id": run_id("check")})
+    client = server.client()  # its responses checked (conftest)
+    env = MedGymEnv(task_ids=[r["task_id"] for r in reference], options={"run_id": run_id("check")}, client=client)
     try:
         with warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
@@ -30,12 +31,14 @@ def test_check_env(server, reference):
         assert not [str(w.message) for w in record], "the env checker warned"
     finally:
         env.close()
+        client.close()
 
 
 def test_episode_through_gymnasium_make(server, reference):
     row = reference[1]
     rid = run_id("gym")
-    env = gymnasium.make("medgym/MedGym-v0", base_url=server.url, dataset=DATASET, split=SPLIT, options={"run_id": rid})
+    client = server.client()  # base_url's client, its responses checked (conftest)
+    env = gymnasium.make("medgym/MedGym-v0", base_url=server.url, dataset=DATASET, split=SPLIT, options={"run_id": rid}, client=client)
     obs, info = env.reset(seed=0, options={"task_id": row["task_id"]})
     assert info["messages"] == prompt_of(row)
     assert obs == prompt_of(row)[-1]["content"]
@@ -45,16 +48,19 @@ def test_episode_through_gymnasium_make(server, reference):
     obs, reward, terminated, truncated, info = env.step(action)
     assert (reward, terminated, truncated, info["outcome"]) == (1.0, True, False, "correct")
     env.close()
+    client.close()
     rows = server.rows(rid)
     assert len(rows) == 1 and rows[0]["reward"] == 1.0 and rows[0]["task_id"] == row["task_id"]
 
 
 def test_unfinished_episode_is_stored_on_close(server, reference):
     rid = run_id("gymclose")
-    env = gymnasium.make("medgym/MedGym-v0", base_url=server.url, task_ids=[reference[0]["task_id"]], options={"run_id": rid})
+    client = server.client()
+    env = gymnasium.make("medgym/MedGym-v0", base_url=server.url, task_ids=[reference[0]["task_id"]], options={"run_id": rid}, client=client)
     env.reset(seed=1)
     obs, reward, terminated, truncated, info = env.step("not an action")
     assert not terminated and info["parse_error"] and reward == 0.0
     env.close()  # ends the session on the server: scored and stored
+    client.close()
     rows = server.rows(rid)
     assert len(rows) == 1 and rows[0]["num_turns"] == 1

@@ -22,16 +22,17 @@ def capped(tmp_path_factory):
 
 
 def test_bearer_token(capped, reference):
-    with pytest.raises(medgym.AuthenticationError) as e:
-        medgym.Client(capped.url).tasks(dataset=DATASET)
+    with capped.client() as c, pytest.raises(medgym.AuthenticationError) as e:
+        c.tasks(dataset=DATASET)
     assert e.value.status == 401 and e.value.code == "unauthorized"
-    with pytest.raises(medgym.AuthenticationError):
-        medgym.Client(capped.url, token="wrong").tasks(dataset=DATASET)
-    assert medgym.Client(capped.url, token=TOKEN).tasks(dataset=DATASET, limit=1)
+    with capped.client(token="wrong") as c, pytest.raises(medgym.AuthenticationError):
+        c.tasks(dataset=DATASET)
+    with capped.client(token=TOKEN) as c:
+        assert c.tasks(dataset=DATASET, limit=1)
 
 
 def test_cap_answers_429_and_a_create_is_retried(capped, reference):
-    c = medgym.Client(capped.url, token=TOKEN, max_retries=0)
+    c = capped.client(token=TOKEN, max_retries=0)
     rid = run_id("cap")
     first = c.session(reference[0]["task_id"], dataset=DATASET, split=SPLIT, run_id=rid)
     with pytest.raises(medgym.RateLimitError) as e:
@@ -40,7 +41,7 @@ def test_cap_answers_429_and_a_create_is_retried(capped, reference):
     assert e.value.retry_after is not None and e.value.retry_after >= 0
 
     # A client that retries gets its session once the first one ends.
-    patient = medgym.Client(capped.url, token=TOKEN, max_retries=20, backoff=0.05, max_backoff=0.5)
+    patient = capped.client(token=TOKEN, max_retries=20, backoff=0.05, max_backoff=0.5)
     closer = threading.Timer(0.5, first.close)
     closer.start()
     t0 = time.monotonic()
@@ -48,4 +49,6 @@ def test_cap_answers_429_and_a_create_is_retried(capped, reference):
     closer.join()
     assert second.id != first.id and time.monotonic() - t0 >= 0.4
     second.close()
+    c.close()
+    patient.close()
     assert len(capped.rows(rid)) == 2

@@ -103,12 +103,14 @@ def test_grpo_through_medgym(server, reference, tmp_path):
         seed=0,
         dataloader_num_workers=0,
     )
+    checked = server.client()
     trainer = GRPOTrainer(
         model=model,
         processing_class=tokenizer,
         args=args,
         train_dataset=train,
-        environment_factory=MedGymToolEnv.factory(server.url, options={"run_id": rid, "max_turns": 3}),
+        # MedGymToolEnv.factory's environments, on a client whose responses are checked (conftest).
+        environment_factory=lambda: MedGymToolEnv(checked, {"run_id": rid, "max_turns": 3}),
     )
     logged: list[list[float]] = []
 
@@ -120,6 +122,7 @@ def test_grpo_through_medgym(server, reference, tmp_path):
     trainer.add_callback(Rewards())
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer.train()
+    checked.close()
 
     # Stored rows = steps x prompts x generations: every rollout is one session, stored once.
     rows = server.rows(rid)
