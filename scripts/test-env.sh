@@ -5,7 +5,8 @@
 # requirements/env-base.txt over .venv (scripts/venv.sh, VENV_BASE), the medgym package is installed into it from
 # clients/python as a user would, then pytest clients/python/tests (the client, Gymnasium, TRL, schemathesis; the
 # other frameworks' adapter tests skip here: scripts/test-adapters.sh runs them in their own venvs).
-# Needs bin/medgym (make build) and build/library (make library). PYTEST_ARGS adds pytest arguments.
+# Needs bin/medgym (make build) and build/library (make library). PYTEST_ARGS adds pytest arguments, shell-quoted
+# (PYTEST_ARGS='-k "gym or limits"').
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -19,7 +20,8 @@ VENV=$root/.venv-env VENV_BASE=$root/.venv VENV_LAYERS=requirements/env-base.txt
 # checkout's sources.
 .venv-env/bin/pip install --quiet --no-deps --force-reinstall ./clients/python
 
+eval "extra=(${PYTEST_ARGS:-})"
 start=$(date +%s) rc=0
-.venv-env/bin/python -m pytest -p no:cacheprovider -q -rs ${PYTEST_ARGS:-} clients/python/tests || rc=$?
+.venv-env/bin/python -m pytest -p no:cacheprovider -q -rs "${extra[@]}" clients/python/tests || rc=$?
 echo "test-env: pytest clients/python/tests: exit $rc in $(( $(date +%s) - start ))s"
 exit $rc
