@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -224,8 +226,31 @@ func BenchmarkSessions(b *testing.B) {
 			rate := float64(n) / el.Seconds()
 			b.ReportMetric(rate, "sessions/s")
 			b.ReportMetric(float64(peak.Load())/(1<<20), "peak-heap-MiB")
-			fmt.Fprintf(os.Stderr, "sessions: %3d clients  %7.1f sessions/s  peak heap %.1f MiB (%d sessions, 256 more idle)\n",
-				clients, rate, float64(peak.Load())/(1<<20), n)
+			rss := peakRSS(b)
+			b.ReportMetric(rss, "peak-rss-MiB")
+			fmt.Fprintf(os.Stderr, "sessions: %3d clients  %7.1f sessions/s  peak heap %.1f MiB, process peak RSS %.1f MiB (%d sessions, 256 more idle)\n",
+				clients, rate, float64(peak.Load())/(1<<20), rss, n)
 		})
 	}
+}
+
+// peakRSS is the process's peak resident set so far (VmHWM of
+// /proc/self/status, MiB): the server, its embedded NATS server and the
+// clients together, since the benchmark began.
+func peakRSS(b *testing.B) float64 {
+	st, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(string(st)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			if err != nil {
+				b.Fatalf("VmHWM %q: %v", v, err)
+			}
+			return kb / 1024
+		}
+	}
+	b.Fatal("no VmHWM in /proc/self/status")
+	return 0
 }
