@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -178,4 +180,71 @@ func TestMaxDeliveriesBecomeDeadLetters(t *testing.T) {
 		info, err := dl.Info(ctx)
 		return err == nil && info.State.Msgs == 1
 	})
+}
+
+// TestConsumerStates: the stall report names each durable consumer with
+// what it holds: a published, undelivered score is pending 1 on its
+// consumer and nothing is waiting to pull it.
+func TestConsumerStates(t *testing.T) {
+	conn, ctx := setup(t)
+	if _, err := bus.EnsureConsumer(ctx, conn, bus.ConsumerOptions{Stream: schemas.StreamScores, Durable: "states", Subject: schemas.EpisodeScored}); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Publish(ctx, schemas.EpisodeScored.For("r1"), "e1/scored", score("e1")); err != nil {
+		t.Fatal(err)
+	}
+	states, err := conn.ConsumerStates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := schemas.StreamScores + "/states: pending 1, ack pending 0, redelivered 0, waiting pulls 0"
+	if !slices.ContainsFunc(states, func(s string) bool { return strings.HasPrefix(s, want) }) {
+		t.Fatalf("consumer states %q, want a line starting %q", states, want)
+	}
+}
+
+// TestSubscriberRenewsIteratorAfterReconnect: when the connection's
+// reconnect count moves, each slot replaces its pull iterator within its
+// check interval, and the new one receives what is published next (a
+// fresh pull on the server, whatever the old iterator's accounting said;
+// see subscriber.Subscribe). Without a reconnect nothing is renewed.
+func TestSubscriberRenewsIteratorAfterReconnect(t *testing.T) {
+	conn, ctx := setup(t)
+	cons, err := bus.EnsureConsumer(ctx, conn, bus.ConsumerOptions{Stream: schemas.StreamScores, Durable: "renew", Subject: schemas.EpisodeScored})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gen atomic.Uint64
+	sub := bus.NewSubscriber(cons, gen.Load, 50*time.Millisecond)
+	defer sub.Close()
+	msgs, err := sub.Subscribe(ctx, "scores")
+	if err != nil {
+		t.Fatal(err)
+	}
+	receive := func(ep string) {
+		t.Helper()
+		if err := conn.Publish(ctx, schemas.EpisodeScored.For("r1"), ep+"/scored", score(ep)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-msgs:
+			if !strings.Contains(string(m.Payload), ep) {
+				t.Fatalf("got %s, want the score of %s", m.Payload, ep)
+			}
+			m.Ack()
+		case <-time.After(10 * time.Second):
+			t.Fatalf("score of %s not received", ep)
+		}
+	}
+	receive("e1")
+	time.Sleep(200 * time.Millisecond) // four checks with no reconnect
+	if n := sub.Renewals(); n != 0 {
+		t.Fatalf("%d renewals without a reconnect, want 0", n)
+	}
+	gen.Add(1)
+	waitFor(t, 5*time.Second, func() bool { return sub.Renewals() == 1 })
+	receive("e2")
+	gen.Add(1)
+	waitFor(t, 5*time.Second, func() bool { return sub.Renewals() == 2 })
+	receive("e3")
 }

@@ -238,6 +238,9 @@ func isCertificateError(err error) bool {
 	return err != nil && (errors.As(err, &ua) || errors.As(err, &hn) || errors.As(err, &ci) || errors.As(err, &tv))
 }
 
+// reconnects is how many times the connection has reconnected.
+func (c *Conn) reconnects() uint64 { return c.nc.Stats().Reconnects }
+
 // Close drains the connection (pending publishes and acks are flushed).
 func (c *Conn) Close() {
 	if c == nil || c.nc == nil {

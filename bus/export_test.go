@@ -1,6 +1,10 @@
 package bus
 
 import (
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -19,3 +23,20 @@ func NewRecentIDs(n int) *RecentIDs { return newRecentIDs(n) }
 func (r *recentIDs) Add(id string) bool { return r.add(id) }
 
 func (r *recentIDs) Len() int { return r.len() }
+
+// Subscriber is the router's subscriber, for tests of its pull loop.
+type Subscriber interface {
+	message.Subscriber
+	Renewals() int64
+}
+
+// NewSubscriber is the subscriber the router puts on cons, with
+// reconnects as the connection's reconnect count, looking at it every
+// check.
+func NewSubscriber(cons jetstream.Consumer, reconnects func() uint64, check time.Duration) Subscriber {
+	s := newSubscriber(cons, slog.New(slog.DiscardHandler), func(uint64) time.Duration { return 0 })
+	s.reconnects, s.check = reconnects, check
+	return s
+}
+
+func (s *subscriber) Renewals() int64 { return s.renewals.Load() }

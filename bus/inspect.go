@@ -2,7 +2,10 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -78,6 +81,35 @@ func (c *Conn) BusyConsumer(ctx context.Context) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// ConsumerStates describes every durable consumer of the medgym streams,
+// one line each: messages not yet delivered, delivered and not acked,
+// redelivered, and the pull requests waiting on the server (0 with work
+// pending means no process is pulling). For diagnosing a stalled run.
+func (c *Conn) ConsumerStates(ctx context.Context) ([]string, error) {
+	var out []string
+	for _, stream := range slices.Sorted(maps.Keys(schemas.StreamSubjects)) {
+		s, err := c.js.Stream(ctx, stream)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
+		}
+		if err != nil {
+			return out, fmt.Errorf("stream %s: %w", stream, err)
+		}
+		lister := s.ListConsumers(ctx)
+		for ci := range lister.Info() {
+			if ci.Config.Durable == "" {
+				continue
+			}
+			out = append(out, fmt.Sprintf("%s/%s: pending %d, ack pending %d, redelivered %d, waiting pulls %d, delivered seq %d, ack floor %d",
+				stream, ci.Name, ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, ci.Delivered.Stream, ci.AckFloor.Stream))
+		}
+		if err := lister.Err(); err != nil {
+			return out, fmt.Errorf("stream %s: %w", stream, err)
+		}
+	}
+	return out, nil
 }
 
 // PublishRaw publishes data to subject as is, with no validation, no

@@ -95,6 +95,7 @@ func Handle[In schemas.Validator](rt *Router, name string, o HandlerOptions, h f
 	for i := range o.Concurrency {
 		sub := newSubscriber(cons, rt.log, backoff{max: 30 * time.Second}.WaitTime)
 		sub.payload = rt.conn.Payload
+		sub.reconnects = rt.conn.reconnects
 		rt.r.AddConsumerHandler(fmt.Sprintf("%s-%d", name, i), o.Subject.Wildcard(), sub, hf)
 	}
 	return nil

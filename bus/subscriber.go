@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -29,6 +30,11 @@ type subscriber struct {
 	// payload reads a message's payload (Conn.Payload: offloaded payloads
 	// come from the blob store); nil means the message body.
 	payload func(context.Context, jetstream.Msg) ([]byte, error)
+	// reconnects counts the connection's reconnects (nil: never renew the
+	// pull iterator; see Subscribe).
+	reconnects func() uint64
+	renewals   atomic.Int64  // pull iterators replaced after a reconnect
+	check      time.Duration // reconnectCheck, shorter in tests
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -36,7 +42,7 @@ type subscriber struct {
 }
 
 func newSubscriber(cons jetstream.Consumer, log *slog.Logger, nakDelay func(uint64) time.Duration) *subscriber {
-	return &subscriber{cons: cons, log: log, nakDelay: nakDelay, closing: make(chan struct{})}
+	return &subscriber{cons: cons, log: log, nakDelay: nakDelay, closing: make(chan struct{}), check: reconnectCheck}
 }
 
 // pullExpiry is how long one pull request waits on the server (see Subscribe).
@@ -63,18 +69,20 @@ func Delivery(ctx context.Context) (jetstream.Msg, bool) {
 
 // Subscribe starts pulling one message at a time. The topic is only a label:
 // the consumer's filter subject decides what arrives.
+//
+// After the connection reconnects, the slot replaces its pull iterator with
+// a new one within reconnectCheck (a Next that has waited that long returns
+// so the loop can look): a fresh iterator sends a fresh pull request to
+// whatever server now holds the consumer, whatever the old one's accounting
+// of outstanding pulls says. A message the old pull had already been sent
+// and nobody read is redelivered after AckWait, as any unacked message is.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	// PullExpiry: nats.go v1.55's iterator skips the next pull request when
-	// its previous one is still being sent as the message arrives (a race
-	// between Next's checkPending and pullMessages' fetchInProgress), and
-	// then waits for two missed heartbeats, half the expiry each, before it
-	// asks again. With the default 30 s expiry a fast handler on one slot
-	// sometimes stalled for 30 s; 10 s bounds that stall at 10 s for a
-	// pull request every 10 s per idle slot.
-	it, err := s.cons.Messages(jetstream.PullMaxMessages(1), jetstream.PullExpiry(pullExpiry))
+	it, gen, err := s.messages()
 	if err != nil {
 		return nil, err
 	}
+	var mu sync.Mutex // guards it against the stopper
+	stopped := false
 	out := make(chan *message.Message)
 	stop := make(chan struct{})
 	s.wg.Add(2)
@@ -85,17 +93,47 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		case <-s.closing:
 		case <-stop:
 		}
+		mu.Lock()
+		stopped = true
 		it.Stop()
+		mu.Unlock()
 	}()
 	go func() {
 		defer s.wg.Done()
 		defer close(out)
 		defer close(stop)
 		for {
-			jm, err := it.Next()
+			if s.reconnects != nil && s.reconnects() != gen {
+				next, g, err := s.messages()
+				if err != nil {
+					// Consumer info unreachable (the server is still
+					// coming back): keep the old iterator, try again
+					// at the next check.
+					s.log.Warn("renew pull iterator after reconnect", "topic", topic, "err", err)
+				} else {
+					mu.Lock()
+					if stopped {
+						mu.Unlock()
+						next.Stop()
+						return
+					}
+					it.Stop()
+					it, gen = next, g
+					mu.Unlock()
+					s.renewals.Add(1)
+					s.log.Debug("pull iterator renewed after reconnect", "topic", topic)
+				}
+			}
+			mu.Lock()
+			cur := it
+			mu.Unlock()
+			jm, err := cur.Next(jetstream.NextMaxWait(s.check))
 			if err != nil {
 				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil || s.isClosing() {
 					return
+				}
+				if errors.Is(err, nats.ErrTimeout) {
+					continue // idle: look at the connection again
 				}
 				s.log.Warn("pull next message", "topic", topic, "err", err)
 				continue
@@ -106,6 +144,29 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		}
 	}()
 	return out, nil
+}
+
+// reconnectCheck bounds how long a slot waits in Next before it looks
+// whether the connection has reconnected (see Subscribe).
+const reconnectCheck = 5 * time.Second
+
+// messages opens a pull iterator and returns it with the connection's
+// reconnect count at that moment.
+//
+// PullExpiry: nats.go v1.55's iterator skips the next pull request when
+// its previous one is still being sent as the message arrives (a race
+// between Next's checkPending and pullMessages' fetchInProgress), and then
+// waits for two missed heartbeats, half the expiry each, before it asks
+// again. With the default 30 s expiry a fast handler on one slot sometimes
+// stalled for 30 s; 10 s bounds that stall at 10 s for a pull request
+// every 10 s per idle slot.
+func (s *subscriber) messages() (jetstream.MessagesContext, uint64, error) {
+	var gen uint64
+	if s.reconnects != nil {
+		gen = s.reconnects()
+	}
+	it, err := s.cons.Messages(jetstream.PullMaxMessages(1), jetstream.PullExpiry(pullExpiry))
+	return it, gen, err
 }
 
 // deliver hands one message to the router and settles it; false means stop.

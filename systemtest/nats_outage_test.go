@@ -81,7 +81,8 @@ func TestNATSOutageMidRun(t *testing.T) {
 	select {
 	case <-r.done:
 	case <-ctx.Done():
-		t.Fatalf("run did not finish after nats-server came back\n%s", tail(logs.String(), 6000))
+		natsLog, _ := os.ReadFile(filepath.Join(work, "nats.log"))
+		t.Fatalf("run did not finish after nats-server came back\n%s\n%s\nnats-server:\n%s", tail(logs.String(), 6000), stallReport(conn), tail(string(natsLog), 3000))
 	}
 	if r.err != nil {
 		t.Fatalf("run: %v\n%s", r.err, tail(logs.String(), 6000))
@@ -118,4 +119,17 @@ func waitListening(t *testing.T, addr string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// stallReport is what a stalled run's streams hold: each durable
+// consumer's pending, unacked and redelivered messages and the pull
+// requests waiting on the server.
+func stallReport(conn *bus.Conn) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	states, err := conn.ConsumerStates(ctx)
+	if err != nil {
+		states = append(states, "consumer states: "+err.Error())
+	}
+	return "consumers:\n  " + strings.Join(states, "\n  ")
 }
