@@ -71,69 +71,69 @@ func Delivery(ctx context.Context) (jetstream.Msg, bool) {
 // the consumer's filter subject decides what arrives.
 //
 // After the connection reconnects, the slot replaces its pull iterator with
-// a new one within reconnectCheck (a Next that has waited that long returns
-// so the loop can look): a fresh iterator sends a fresh pull request to
-// whatever server now holds the consumer, whatever the old one's accounting
-// of outstanding pulls says. A message the old pull had already been sent
-// and nobody read is redelivered after AckWait, as any unacked message is.
+// a new one (the watcher below looks every check): a fresh iterator sends a
+// fresh pull request to whatever server now holds the consumer, whatever
+// the old one's accounting of outstanding pulls says. A message the old
+// pull had already been sent and nobody read is redelivered after AckWait,
+// as any unacked message is. Next itself blocks without a deadline, so
+// nats.go's own recovery (two missed heartbeats: pull again) stays intact.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	it, gen, err := s.messages()
 	if err != nil {
 		return nil, err
 	}
-	var mu sync.Mutex // guards it against the stopper
-	stopped := false
+	var mu sync.Mutex // guards it, gen, stopped and renew
+	stopped, renew := false, false
 	out := make(chan *message.Message)
 	stop := make(chan struct{})
 	s.wg.Add(2)
-	go func() { // stops the iterator, which unblocks Next
+	go func() { // stops the iterator, which unblocks Next: at the end, or to renew it
 		defer s.wg.Done()
-		select {
-		case <-ctx.Done():
-		case <-s.closing:
-		case <-stop:
+		var tick <-chan time.Time
+		if s.reconnects != nil {
+			t := time.NewTicker(s.check)
+			defer t.Stop()
+			tick = t.C
 		}
-		mu.Lock()
-		stopped = true
-		it.Stop()
-		mu.Unlock()
+		for {
+			select {
+			case <-ctx.Done():
+			case <-s.closing:
+			case <-stop:
+			case <-tick:
+				mu.Lock()
+				if !renew && s.reconnects() != gen {
+					renew = true
+					it.Stop()
+				}
+				mu.Unlock()
+				continue
+			}
+			mu.Lock()
+			stopped = true
+			it.Stop()
+			mu.Unlock()
+			return
+		}
 	}()
 	go func() {
 		defer s.wg.Done()
 		defer close(out)
 		defer close(stop)
 		for {
-			if s.reconnects != nil && s.reconnects() != gen {
-				next, g, err := s.messages()
-				if err != nil {
-					// Consumer info unreachable (the server is still
-					// coming back): keep the old iterator, try again
-					// at the next check.
-					s.log.Warn("renew pull iterator after reconnect", "topic", topic, "err", err)
-				} else {
-					mu.Lock()
-					if stopped {
-						mu.Unlock()
-						next.Stop()
-						return
-					}
-					it.Stop()
-					it, gen = next, g
-					mu.Unlock()
-					s.renewals.Add(1)
-					s.log.Debug("pull iterator renewed after reconnect", "topic", topic)
-				}
-			}
 			mu.Lock()
 			cur := it
 			mu.Unlock()
-			jm, err := cur.Next(jetstream.NextMaxWait(s.check))
+			jm, err := cur.Next()
 			if err != nil {
-				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil || s.isClosing() {
+				if ctx.Err() != nil || s.isClosing() {
 					return
 				}
-				if errors.Is(err, nats.ErrTimeout) {
-					continue // idle: look at the connection again
+				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+					if !s.renew(ctx, topic, &mu, &it, &gen, &stopped, &renew) {
+						return
+					}
+					continue
 				}
 				s.log.Warn("pull next message", "topic", topic, "err", err)
 				continue
@@ -146,9 +146,39 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	return out, nil
 }
 
-// reconnectCheck bounds how long a slot waits in Next before it looks
-// whether the connection has reconnected (see Subscribe).
-const reconnectCheck = 5 * time.Second
+// renew replaces a slot's iterator that the watcher stopped because the
+// connection reconnected; false means the slot ends (stopped, or the
+// iterator closed for another reason: the connection is closed).
+func (s *subscriber) renew(ctx context.Context, topic string, mu *sync.Mutex, it *jetstream.MessagesContext, gen *uint64, stopped, renew *bool) bool {
+	for {
+		mu.Lock()
+		if *stopped || !*renew {
+			mu.Unlock()
+			return false
+		}
+		next, g, err := s.messages()
+		if err == nil {
+			*it, *gen, *renew = next, g, false
+			mu.Unlock()
+			s.renewals.Add(1)
+			s.log.Debug("pull iterator renewed after reconnect", "topic", topic)
+			return true
+		}
+		mu.Unlock()
+		s.log.Warn("renew pull iterator after reconnect", "topic", topic, "err", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-s.closing:
+			return false
+		case <-time.After(s.check):
+		}
+	}
+}
+
+// reconnectCheck is how often a slot's watcher looks whether the
+// connection has reconnected (see Subscribe).
+const reconnectCheck = time.Second
 
 // messages opens a pull iterator and returns it with the connection's
 // reconnect count at that moment.

@@ -227,7 +227,15 @@ func TestClusterAcrossHosts(t *testing.T) {
 	defer func() {
 		if t.Failed() {
 			b, _ := os.ReadFile(logf.Name())
-			t.Logf("process logs (tail):\n%s", tail(string(b), 6000))
+			var services, servers strings.Builder
+			for line := range strings.Lines(string(b)) {
+				if strings.HasPrefix(line, "[") { // nats-server's own lines: [pid] time [LVL] ...
+					servers.WriteString(line)
+				} else {
+					services.WriteString(line)
+				}
+			}
+			t.Logf("medgym processes' logs (tail):\n%s\nnats-servers' logs (tail):\n%s", tail(services.String(), 8000), tail(servers.String(), 3000))
 		}
 	}()
 
