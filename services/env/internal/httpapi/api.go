@@ -339,10 +339,11 @@ func viewOf(t schemas.TaskView) taskView {
 }
 
 func intParam(r *http.Request, name string, def, lo, hi int) (int, error) {
-	s := r.URL.Query().Get(name)
-	if s == "" {
+	q := r.URL.Query()
+	if _, given := q[name]; !given {
 		return def, nil
 	}
+	s := q.Get(name) // given empty is refused, not taken as the default
 	v, err := strconv.Atoi(s)
 	if err != nil || v < lo || v > hi {
 		return 0, fmt.Errorf("query parameter %s=%q: want an integer in %d..%d", name, s, lo, hi)
@@ -419,7 +420,8 @@ func (a *api) prompt(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var opts session.Options
-	if v := q.Get("end_on"); v != "" {
+	if _, given := q["end_on"]; given {
+		v := q.Get("end_on") // given empty is not the default: the session options refuse it
 		opts.EndOn = &v
 	}
 	p, err := a.s.Prompt(session.CreateRequest{TaskID: r.PathValue("id"), Dataset: q.Get("dataset"), Split: q.Get("split"), Options: opts})
