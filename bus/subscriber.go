@@ -78,12 +78,11 @@ func Delivery(ctx context.Context) (jetstream.Msg, bool) {
 // as any unacked message is. Next itself blocks without a deadline, so
 // nats.go's own recovery (two missed heartbeats: pull again) stays intact.
 func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	it, gen, err := s.messages()
-	if err != nil {
+	sl := &slot{s: s, topic: topic}
+	var err error
+	if sl.it, sl.gen, err = s.messages(); err != nil {
 		return nil, err
 	}
-	var mu sync.Mutex // guards it, gen, stopped and renew
-	stopped, renew := false, false
 	out := make(chan *message.Message)
 	stop := make(chan struct{})
 	s.wg.Add(2)
@@ -101,18 +100,10 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			case <-s.closing:
 			case <-stop:
 			case <-tick:
-				mu.Lock()
-				if !renew && s.reconnects() != gen {
-					renew = true
-					it.Stop()
-				}
-				mu.Unlock()
+				sl.checkReconnect()
 				continue
 			}
-			mu.Lock()
-			stopped = true
-			it.Stop()
-			mu.Unlock()
+			sl.stop()
 			return
 		}
 	}()
@@ -121,16 +112,13 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		defer close(out)
 		defer close(stop)
 		for {
-			mu.Lock()
-			cur := it
-			mu.Unlock()
-			jm, err := cur.Next()
+			jm, err := sl.current().Next()
 			if err != nil {
 				if ctx.Err() != nil || s.isClosing() {
 					return
 				}
 				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-					if !s.renew(ctx, topic, &mu, &it, &gen, &stopped, &renew) {
+					if !sl.renew(ctx) {
 						return
 					}
 					continue
@@ -146,26 +134,65 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	return out, nil
 }
 
-// renew replaces a slot's iterator that the watcher stopped because the
-// connection reconnected; false means the slot ends (stopped, or the
-// iterator closed for another reason: the connection is closed).
-func (s *subscriber) renew(ctx context.Context, topic string, mu *sync.Mutex, it *jetstream.MessagesContext, gen *uint64, stopped, renew *bool) bool {
+// slot is one subscription's pull iterator, shared by the goroutine that
+// pulls from it and the watcher that stops it.
+type slot struct {
+	s     *subscriber
+	topic string
+
+	mu       sync.Mutex
+	it       jetstream.MessagesContext
+	gen      uint64 // the connection's reconnect count when it was opened
+	stopped  bool   // the subscription ended
+	renewing bool   // stopped by the watcher, to be replaced
+}
+
+func (sl *slot) current() jetstream.MessagesContext {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	return sl.it
+}
+
+// stop ends the slot: its iterator stops and is not renewed.
+func (sl *slot) stop() {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	sl.stopped = true
+	sl.it.Stop()
+}
+
+// checkReconnect stops the iterator, to be renewed, when the connection
+// has reconnected since it was opened.
+func (sl *slot) checkReconnect() {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if !sl.renewing && sl.s.reconnects() != sl.gen {
+		sl.renewing = true
+		sl.it.Stop()
+	}
+}
+
+// renew replaces an iterator the watcher stopped; false means the slot
+// ends (stopped, or the iterator closed for another reason: the connection
+// is closed).
+func (sl *slot) renew(ctx context.Context) bool {
+	s := sl.s
 	for {
-		mu.Lock()
-		if *stopped || !*renew {
-			mu.Unlock()
+		sl.mu.Lock()
+		if sl.stopped || !sl.renewing {
+			sl.mu.Unlock()
 			return false
 		}
-		next, g, err := s.messages()
+		next, gen, err := s.messages()
 		if err == nil {
-			*it, *gen, *renew = next, g, false
-			mu.Unlock()
+			sl.it, sl.gen, sl.renewing = next, gen, false
+			sl.mu.Unlock()
 			s.renewals.Add(1)
-			s.log.Debug("pull iterator renewed after reconnect", "topic", topic)
+			s.log.Debug("pull iterator renewed after reconnect", "topic", sl.topic)
 			return true
 		}
-		mu.Unlock()
-		s.log.Warn("renew pull iterator after reconnect", "topic", topic, "err", err)
+		sl.mu.Unlock()
+		s.log.Warn("renew pull iterator after reconnect", "topic", sl.topic, "err", err)
 		select {
 		case <-ctx.Done():
 			return false
