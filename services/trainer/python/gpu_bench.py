@@ -68,12 +68,28 @@ def batch(path, a, tok_per_word=1.3):
             f.write(json.dumps(rec) + "\n")
 
 
-def row(path, kind, it, wall, m):
+def row(kind, it, wall, m, save_s=None):
+    """One iteration's figures. fixed_s = wall − steps_s, split into
+    prepare_s (inside the step call but before the optimisation steps:
+    tokenising, the GRPO old/reference log-prob forwards, evaluations:
+    compute, so it shrinks with the device) and the rest: for the resident
+    worker save_s (the adapter and optimiser state) and other_s (request
+    and batch handling); for one process per iteration start_s (the
+    interpreter, imports, model load, save: what the resident worker
+    removes)."""
     steps_s = m.get("steps_s") or 0.0
     toks = m.get("tokens_trained") or 0
-    return {"path": kind, "iteration": it, "wall_s": round(wall, 2), "steps_s": round(steps_s, 2),
-            "fixed_s": round(wall - steps_s, 2), "tokens_per_s": round(toks / steps_s) if steps_s else None,
-            "peak_mem_gb": m.get("peak_mem_gb")}
+    r = {"path": kind, "iteration": it, "wall_s": round(wall, 2), "steps_s": round(steps_s, 2),
+         "fixed_s": round(wall - steps_s, 2), "tokens_per_s": round(toks / steps_s) if steps_s else None,
+         "peak_mem_gb": m.get("peak_mem_gb")}
+    if save_s is not None:  # resident: m["seconds"] is the step call
+        r["prepare_s"] = round(m.get("seconds", steps_s) - steps_s, 2)
+        r["save_s"] = round(save_s, 2)
+        r["other_s"] = round(wall - m.get("seconds", steps_s) - save_s, 2)
+    else:  # one process: m["seconds"] runs from after the imports to after the save
+        r["start_s"] = round(wall - m.get("seconds", wall), 2)
+        r["load_prepare_save_s"] = round(m.get("seconds", wall) - steps_s, 2)
+    return r
 
 
 def serve_bench(port, a):
@@ -147,7 +163,7 @@ def main():
         if not ans.get("ok"):
             print("gpu_bench: worker: %s" % ans, file=sys.stderr)
             return 1
-        rows.append(row(data, "resident", it, time.time() - t, ans["metrics"]))
+        rows.append(row("resident", it, time.time() - t, ans["metrics"], ans.get("save_s", 0.0)))
         print(json.dumps(rows[-1]), flush=True)
     gen = serve_bench(ready["serve_port"], a)
     print(json.dumps(gen), flush=True)
@@ -167,7 +183,7 @@ def main():
             print("gpu_bench: train_step: %s" % res.stderr[-2000:], file=sys.stderr)
             return 1
         with open(mpath) as f:
-            rows.append(row(data, "per-process", it, time.time() - t, json.load(f)))
+            rows.append(row("per-process", it, time.time() - t, json.load(f)))
         print(json.dumps(rows[-1]), flush=True)
 
     def mean(kind, key):
@@ -176,6 +192,8 @@ def main():
 
     print(json.dumps({"summary": {
         "resident_fixed_s_per_iteration": mean("resident", "fixed_s"), "resident_load_s_once": round(load, 1),
+        "resident_prepare_s": mean("resident", "prepare_s"), "resident_save_s": mean("resident", "save_s"),
+        "resident_other_s": mean("resident", "other_s"), "per_process_start_s": mean("per-process", "start_s"),
         "per_process_fixed_s_per_iteration": mean("per-process", "fixed_s"),
         "step_s": mean("resident", "steps_s"), "tokens_per_s": mean("resident", "tokens_per_s"),
         "serve_tokens_per_s": gen["serve_tokens_per_s"],
