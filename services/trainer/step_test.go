@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,6 +117,10 @@ func TestGPUCheckTiny(t *testing.T) {
 				PerProcessFixed *float64 `json:"per_process_fixed_s_per_iteration"`
 				TokensPerS      *float64 `json:"tokens_per_s"`
 				ServeTokensPerS *float64 `json:"serve_tokens_per_s"`
+				Prepare         *float64 `json:"resident_prepare_s"`
+				Save            *float64 `json:"resident_save_s"`
+				Other           *float64 `json:"resident_other_s"`
+				Start           *float64 `json:"per_process_start_s"`
 			} `json:"bench"`
 		} `json:"gpu_check"`
 	}
@@ -124,7 +129,8 @@ func TestGPUCheckTiny(t *testing.T) {
 	}
 	b := sum.Check.Bench
 	if b.ResidentFixed == nil || b.PerProcessFixed == nil || b.TokensPerS == nil || *b.TokensPerS <= 0 ||
-		b.ServeTokensPerS == nil || *b.ServeTokensPerS <= 0 {
+		b.ServeTokensPerS == nil || *b.ServeTokensPerS <= 0 || b.Prepare == nil || b.Save == nil || b.Other == nil ||
+		b.Start == nil {
 		t.Fatalf("benchmark figures missing: %s", lines[len(lines)-1])
 	}
 	// The resident worker's reason to exist: per iteration it pays no
@@ -132,6 +138,16 @@ func TestGPUCheckTiny(t *testing.T) {
 	if *b.ResidentFixed >= *b.PerProcessFixed {
 		t.Fatalf("resident worker's fixed cost per iteration %gs is not below one process per iteration's %gs",
 			*b.ResidentFixed, *b.PerProcessFixed)
+	}
+	// The split accounts for the whole fixed cost (each part is rounded to
+	// 0.01 s per iteration, then averaged), and what the resident worker
+	// pays outside arithmetic (save, request) is below what one process
+	// per iteration pays before it even reads its batch.
+	if parts := *b.Prepare + *b.Save + *b.Other; math.Abs(parts-*b.ResidentFixed) > 0.05 || *b.Prepare < 0 || *b.Save <= 0 {
+		t.Fatalf("resident fixed cost %gs != prepare %g + save %g + other %g", *b.ResidentFixed, *b.Prepare, *b.Save, *b.Other)
+	}
+	if *b.Save+*b.Other >= *b.Start {
+		t.Fatalf("resident save+request %gs not below one process's start %gs", *b.Save+*b.Other, *b.Start)
 	}
 	t.Logf("%s", lines[len(lines)-1])
 }
