@@ -2,12 +2,13 @@ package meds
 
 import (
 	"errors"
-	"github.com/medgym/medgym/tasks"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/medgym/medgym/tasks"
 )
 
 // TestReadChartItems reads the MEDS copy of the MIMIC-IV demo and checks

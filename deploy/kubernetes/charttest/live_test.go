@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/medgym/medgym/tasks"
 	"io"
 	"log/slog"
 	"net"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/tasks"
 )
 
 // repoRoot is the medgym checkout this module sits in.
