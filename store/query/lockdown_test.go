@@ -2,8 +2,11 @@ package query_test
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -73,10 +76,50 @@ func TestQueryIsLockedDown(t *testing.T) {
 	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a query wrote %s", out)
 	}
+	// EXPLAIN ANALYZE runs the statement it explains: a COPY into the store's
+	// own trajectories directory (the one place the lock-down lets a query
+	// read) must neither add a file there nor overwrite a run's Parquet.
+	before := storeFiles(t, dir)
+	forged := filepath.Join(dir, "trajectories", "run=forged", "part-0.parquet")
+	for name, q := range map[string]string{
+		"explain analyze copy":         "EXPLAIN ANALYZE COPY (SELECT * FROM trajectories) TO " + sq(forged) + " (FORMAT parquet)",
+		"explain analyze comment copy": "EXPLAIN /* x */ ANALYZE COPY (SELECT * FROM trajectories) TO " + sq(forged) + " (FORMAT parquet)",
+		"explain analyze overwrite": "EXPLAIN ANALYZE COPY (SELECT * FROM trajectories) TO " +
+			sq(filepath.Join(dir, "trajectories")) + " (FORMAT parquet, PARTITION_BY (run_id), OVERWRITE)",
+		"plain explain": "EXPLAIN SELECT * FROM trajectories",
+	} {
+		if _, _, err := query.Query(ctx, dir, q); !errors.Is(err, query.ErrNotReadOnly) {
+			t.Errorf("%s: %v, want ErrNotReadOnly", name, err)
+		}
+	}
+	if after := storeFiles(t, dir); !slices.Equal(before, after) {
+		t.Errorf("the store changed under EXPLAIN ANALYZE: %v, was %v", after, before)
+	}
 	// Not-read-only statements are refused by type, before they run.
 	if _, _, err := query.Query(ctx, dir, "CREATE TABLE t (x INT)"); !errors.Is(err, query.ErrNotReadOnly) {
 		t.Errorf("CREATE TABLE: %v, want ErrNotReadOnly", err)
 	}
+}
+
+// storeFiles lists every file under the store with its size and mtime.
+func storeFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		out = append(out, fmt.Sprintf("%s %d %d", p, fi.Size(), fi.ModTime().UnixNano()))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func sq(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -110,11 +110,15 @@ func lockDown(ctx context.Context, conn *sql.Conn, dir string) error {
 
 // ErrNotReadOnly is returned for a query that is not one read-only
 // statement.
-var ErrNotReadOnly = errors.New("only one read-only statement (SELECT, WITH ... SELECT, DESCRIBE, EXPLAIN) is allowed")
+var ErrNotReadOnly = errors.New("only one read-only statement (SELECT, WITH ... SELECT, DESCRIBE) is allowed")
 
-// readOnly accepts exactly one SELECT or EXPLAIN statement. DuckDB's own
-// parser decides (preparing runs nothing), so comments, quoting and
-// several statements cannot smuggle a write past it.
+// readOnly accepts exactly one SELECT statement (DESCRIBE is one). DuckDB's
+// own parser decides (preparing runs nothing), so comments, quoting and
+// several statements cannot smuggle a write past it. EXPLAIN is refused:
+// EXPLAIN ANALYZE executes the statement it explains (a COPY ... TO into the
+// store's own trajectories directory, which the lock-down must allow for
+// reading, would write or overwrite Parquet there), and the statement type
+// of an EXPLAIN does not say whether ANALYZE is in it.
 func readOnly(ctx context.Context, conn *sql.Conn, query string) error {
 	return conn.Raw(func(dc any) error {
 		c, ok := dc.(*duckdb.Conn)
@@ -132,7 +136,7 @@ func readOnly(ctx context.Context, conn *sql.Conn, query string) error {
 			return fmt.Errorf("query: statement type: %w", err)
 		}
 		switch typ {
-		case duckdb.STATEMENT_TYPE_SELECT, duckdb.STATEMENT_TYPE_EXPLAIN:
+		case duckdb.STATEMENT_TYPE_SELECT:
 			return nil
 		}
 		return fmt.Errorf("query: %w", ErrNotReadOnly)
