@@ -13,6 +13,8 @@ import (
 
 	"github.com/medgym/medgym/cmd/medgym/cli"
 	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/schemas/parquet"
+	"github.com/medgym/medgym/store"
 	"github.com/medgym/medgym/store/miniotest"
 )
 
@@ -116,5 +118,43 @@ func TestRunToMinIO(t *testing.T) {
 	}
 	if !strings.Contains(out, "10,10") {
 		t.Fatalf("query over the S3 store: %q, want 10 rows, reward 10, 10 episodes", out)
+	}
+}
+
+// TestQueryCLIBounds: medgym query bounds what one query can take (rows,
+// time, memory), says which flag to raise, and refuses bad flags.
+func TestQueryCLIBounds(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(t.Context(), dir, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := parquet.Row{RunID: "r1", EpisodeID: "e1", Dataset: "mimic_iii", Outcome: "correct", Reward: 1,
+		SchemaVersion: parquet.SchemaVersion, StartedAt: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	if _, err := st.Write(t.Context(), []parquet.Row{row}); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCLI(t, "query", "--store", dir, "--max-rows", "3", "--format", "csv", "SELECT x FROM range(100) t(x)")
+	if err == nil || !strings.Contains(err.Error(), "row limit") || out != "x\n0\n1\n2\n" {
+		t.Errorf("over --max-rows: err %v, out %q", err, out)
+	}
+	_, _, err = runCLI(t, "query", "--store", dir, "--timeout", "300ms",
+		"SELECT count(*) FROM range(1000000000000) a(x), range(1000) b(y) WHERE x % 7 = y")
+	if err == nil || !strings.Contains(err.Error(), "--timeout") {
+		t.Errorf("over --timeout: %v", err)
+	}
+	_, _, err = runCLI(t, "query", "--store", dir, "--memory-limit", "32MB", "SELECT len(list(x)) FROM range(30000000) t(x)")
+	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "memory") {
+		t.Errorf("over --memory-limit: %v", err)
+	}
+	for _, bad := range [][]string{{"--format", "json"}, {"--threads", "0"}, {"--max-rows", "-1"}, {"--timeout", "-1s"}, {"--memory-limit", "1GB'"}} {
+		args := append(append([]string{"query", "--store", dir}, bad...), "SELECT 1")
+		if _, _, err := runCLI(t, args...); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+	out, _, err = runCLI(t, "query", "--store", dir, "SELECT episode_id, reward FROM trajectories")
+	if err != nil || !strings.Contains(out, "e1") {
+		t.Errorf("a plain query: %v, %q", err, out)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/medgym/medgym/store"
 	"github.com/medgym/medgym/store/query"
@@ -21,11 +22,30 @@ func cmdQuery(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	format := fs.String("format", "table", "table or csv")
 	endpoint := fs.String("s3-endpoint", "", "S3 endpoint (default $AWS_ENDPOINT_URL)")
 	insecure := fs.Bool("s3-insecure", false, "plain HTTP to S3")
+	lim := query.DefaultLimits()
+	fs.StringVar(&lim.MemoryLimit, "memory-limit", lim.MemoryLimit, "DuckDB's memory limit for the query (nothing spills to disk)")
+	fs.IntVar(&lim.Threads, "threads", lim.Threads, "DuckDB threads")
+	fs.IntVar(&lim.MaxRows, "max-rows", lim.MaxRows, "refuse a result with more rows, after writing this many (0: no bound; a result is held in memory whole)")
+	timeout := fs.Duration("timeout", 5*time.Minute, "stop the query after this long (0: no limit)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
 		return fmt.Errorf(`usage: medgym query --store DIR "SELECT ... FROM trajectories ..."`)
+	}
+	if *format != "table" && *format != "csv" {
+		return fmt.Errorf("query: --format %q (want table or csv)", *format)
+	}
+	if *timeout < 0 {
+		return fmt.Errorf("query: --timeout %v (want 0 or more)", *timeout)
+	}
+	if err := lim.Validate(); err != nil {
+		return err
+	}
+	if *timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, *timeout, fmt.Errorf("--timeout %v reached", *timeout))
+		defer cancel()
 	}
 	st, err := store.Open(ctx, *storeURL, store.Options{Endpoint: *endpoint, UseSSL: !*insecure})
 	if err != nil {
@@ -43,12 +63,10 @@ func cmdQuery(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		dir = tmp
 	}
-	cols, rows, err := query.Query(ctx, dir, fs.Arg(0))
-	if err != nil {
-		return err
-	}
+	// Rows go out as DuckDB produces them: the result is never held whole.
+	w := query.NewTableWriter(stdout)
 	if *format == "csv" {
-		return query.WriteCSV(stdout, cols, rows)
+		w = query.NewCSVWriter(stdout)
 	}
-	return query.WriteTable(stdout, cols, rows)
+	return query.Stream(ctx, dir, fs.Arg(0), lim, w)
 }
