@@ -91,7 +91,18 @@ func FollowRun(ctx context.Context, conn *Conn, runID string, every time.Duratio
 		var st schemas.RunStatus
 		for {
 			var p RunProgress
-			read(&p)
+			// The ordered consumer's fetch takes no context and, with NATS
+			// gone, re-creates its consumer until NATS is back: a cancelled
+			// follow (SIGTERM to medgym run during an outage) must not wait
+			// for it. The read is left to finish on its own; p is not read.
+			fetched := make(chan struct{})
+			go func() { read(&p); close(fetched) }()
+			select {
+			case <-fetched:
+			case <-ctx.Done():
+				yield(RunProgress{Status: st, Scored: st.Done}, ctx.Err())
+				return
+			}
 			if e, err := kv.Get(ctx, runID); err == nil {
 				_ = json.Unmarshal(e.Value(), &st)
 			} else if !errors.Is(err, jetstream.ErrKeyNotFound) && p.Err == nil && ctx.Err() == nil {

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/bus/embedded"
 	"github.com/medgym/medgym/schemas"
 )
 
@@ -129,5 +131,61 @@ func TestRecentIDsBounded(t *testing.T) {
 	}
 	if !r.Add("run--t0-k0") {
 		t.Error("the oldest id is still held")
+	}
+}
+
+// TestFollowRunEndsDuringOutage: a follow cancelled while NATS is down
+// (SIGTERM to medgym run during an outage) ends with the context's error,
+// although the ordered consumer's fetch waits for NATS to come back.
+func TestFollowRunEndsDuringOutage(t *testing.T) {
+	ns, err := embedded.Start(embedded.Options{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			ns.Shutdown()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn, err := bus.Connect(ctx, ns.ClientURL(), "test", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.NATS(conn).Close()
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	putStatus(t, ctx, conn, "r1", schemas.RunStatus{Total: 2, Published: 2})
+	fctx, fcancel := context.WithCancel(ctx)
+	defer fcancel()
+	ended := make(chan error, 1)
+	steps := make(chan struct{}, 100)
+	go func() {
+		var err error
+		for _, err = range bus.FollowRun(fctx, conn, "r1", 50*time.Millisecond) {
+			select {
+			case steps <- struct{}{}:
+			default:
+			}
+		}
+		ended <- err
+	}()
+	<-steps
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	stopped = true
+	waitFor(t, 30*time.Second, func() bool { return !bus.NATS(conn).IsConnected() })
+	time.Sleep(500 * time.Millisecond) // a few steps into the outage
+	fcancel()
+	select {
+	case err := <-ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("follow ended with %v, want context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a cancelled follow did not end while NATS was down")
 	}
 }
