@@ -11,7 +11,7 @@ TOOLS   ?= $(HOME)/.cache/medgym/bin
 export MEDGYM_TOOLS := $(TOOLS)
 SERVICES := dispatcher llm-worker sandbox-worker verifier trainer
 
-.PHONY: all setup setup-test venv build library demo test test-go test-system test-long test-chart test-compose test-env test-adapters test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
+.PHONY: all setup setup-test venv build library library-again demo test test-go test-system test-long test-chart test-compose test-env test-adapters test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
 
 all: build
 
@@ -41,9 +41,20 @@ build:
 	go build -o $(BIN)/env-server ./services/env
 
 ## library: generate the task library (EHR databases, biostat, power tasks) from ../shared/data into
-## build/library/agent (what the sandbox mounts) and build/library/verifier (task files, truths); see docs/adr/0008
-library: build
+## build/library/agent (what the sandbox mounts) and build/library/verifier (task files, truths); see docs/adr/0008.
+## Generated again only when the generators (tasks/, schemas/, cmd/medgym/) or the data changed since the last
+## generation (build/library/.generated); every test stage names it, and regenerating takes minutes.
+## `make library-again` regenerates regardless.
+DATA_ROOT      := $(or $(MEDGYM_DATA),$(abspath $(CURDIR)/../shared/data))
+LIBRARY_STAMP  := $(CURDIR)/build/library/.generated
+LIBRARY_INPUTS := $(shell find $(CURDIR)/tasks $(CURDIR)/schemas $(CURDIR)/cmd/medgym $(DATA_ROOT) -type f 2>/dev/null) $(CURDIR)/go.work
+library: build $(LIBRARY_STAMP)
+$(LIBRARY_STAMP): $(LIBRARY_INPUTS)
 	$(BIN)/medgym tasks generate
+	@touch $@
+library-again: build
+	$(BIN)/medgym tasks generate
+	@touch $(LIBRARY_STAMP)
 
 ## demo: the reference policy on a small MedCalc-Bench sample, embedded defaults
 demo: setup build
