@@ -190,7 +190,7 @@ func TestRobustness200Episodes(t *testing.T) {
 	// The endpoint-down episodes give up after their retries while others
 	// get answers; the last of them, alone with a failing endpoint, wait it
 	// out until their clock.
-	f.LLM.EpisodeClock = 30 * time.Second
+	f.LLM.EpisodeClock = time.Minute
 	spec, err := f.Spec()
 	if err != nil {
 		t.Fatal(err)

@@ -204,6 +204,18 @@ func (c *Client) Complete(ctx context.Context, req Request) (Completion, error) 
 	start := time.Now()
 	budgetStart, charged := start, 0 // retries counted against MaxRetries and RetryBudget
 	answered := c.br.answered()      // answers of any call by the last failure
+	var outage *failure              // the last failure, when it said the endpoint is down
+	// ended is the error of a call whose context ended: when it ended in a
+	// retry after the endpoint failed (waiting, or in flight, or waiting
+	// for a slot), the deadline is the endpoint's doing and wraps
+	// ErrUnavailable; else the context's error alone (a slow or hanging
+	// model, a cancelled caller).
+	ended := func(err error, attempt int) error {
+		if outage != nil && errors.Is(err, context.DeadlineExceeded) {
+			return c.errorf(ErrUnavailable, err, "chat completion at %s: %s until the deadline (%d attempts)", endpoint, outage.msg, attempt)
+		}
+		return c.errorf(err, nil, "chat completion at %s: %v", endpoint, err)
+	}
 	for attempt := 1; ; attempt++ {
 		comp, fail := c.attempt(ctx, body)
 		if fail == nil {
@@ -216,7 +228,7 @@ func (c *Client) Complete(ctx context.Context, req Request) (Completion, error) 
 			return comp, nil
 		}
 		if err := ctx.Err(); err != nil {
-			return Completion{}, c.errorf(err, nil, "chat completion at %s: %v", endpoint, err)
+			return Completion{}, ended(err, attempt)
 		}
 		if !fail.retry {
 			return Completion{}, c.errorf(ErrPermanent, fail.cause, "chat completion at %s: %s", endpoint, fail.msg)
@@ -225,7 +237,9 @@ func (c *Client) Complete(ctx context.Context, req Request) (Completion, error) 
 			open, opened bool
 			woken        <-chan struct{}
 		)
+		outage = nil
 		if !fail.slow {
+			outage = fail
 			open, opened, woken = c.br.failure(time.Now())
 		}
 		if opened {
@@ -235,7 +249,7 @@ func (c *Client) Complete(ctx context.Context, req Request) (Completion, error) 
 		wait := c.backoff(attempt, fail.retryAfter)
 		prev := answered
 		answered = c.br.answered()
-		if c.cfg.WaitOutage && !fail.slow && answered == prev {
+		if c.cfg.WaitOutage && outage != nil && answered == prev {
 			// No call got an answer since this one last failed: the
 			// endpoint is down, not this request's problem. Wait it out,
 			// with a fresh allowance of retries once it answers again.
@@ -262,12 +276,7 @@ func (c *Client) Complete(ctx context.Context, req Request) (Completion, error) 
 			c.br.leave()
 		}
 		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) && !fail.slow {
-				// The deadline passed while the endpoint was failing: the
-				// endpoint's doing, not the model's.
-				return Completion{}, c.errorf(ErrUnavailable, err, "chat completion at %s: %s until the deadline (%d attempts)", endpoint, fail.msg, attempt)
-			}
-			return Completion{}, c.errorf(err, nil, "chat completion at %s: %v", endpoint, err)
+			return Completion{}, ended(err, attempt)
 		}
 	}
 }

@@ -73,22 +73,27 @@ func TestWaitOutageOutlastsRetries(t *testing.T) {
 }
 
 // TestWaitOutageDeadline: a call waiting out an outage ends at its
-// context's deadline wrapping ErrUnavailable (the endpoint's doing); a call
-// whose request hangs until the deadline ends with the deadline alone (the
-// model's doing).
+// context's deadline wrapping ErrUnavailable (the endpoint's doing), also
+// when the deadline meets a retry in flight; a call whose first request
+// hangs until the deadline ends with the deadline alone (the model's
+// doing).
 func TestWaitOutageDeadline(t *testing.T) {
 	t.Parallel()
+	hang := func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
 	for _, tc := range []struct {
 		name        string
-		h           http.HandlerFunc
+		h           []http.HandlerFunc
 		unavailable bool
 	}{
-		{"503", respond(503, `overloaded`, "retry-after-ms", "5"), true},
-		{"hang", func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }, false},
+		{"503", []http.HandlerFunc{respond(503, `overloaded`, "retry-after-ms", "5")}, true},
+		{"hang", []http.HandlerFunc{hang}, false},
+		// The deadline met a retry in flight (or waiting for a slot): the
+		// endpoint had failed, so it is still the endpoint's doing.
+		{"503 then hang", []http.HandlerFunc{respond(503, `overloaded`, "retry-after-ms", "5"), hang}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			srv, _ := sequence(t, tc.h)
+			srv, _ := sequence(t, tc.h...)
 			c, _ := newTestClient(t, srv, Config{MaxRetries: 1, WaitOutage: true})
 			c.sleep = sleepCtx
 			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
