@@ -251,9 +251,11 @@ func (c *Client) Complete(ctx context.Context, req Request) (Completion, error) 
 		answered = c.br.answered()
 		if c.cfg.WaitOutage && outage != nil && answered == prev {
 			// No call got an answer since this one last failed: the
-			// endpoint is down, not this request's problem. Wait it out,
-			// with a fresh allowance of retries once it answers again.
-			budgetStart, charged = time.Now(), 0
+			// endpoint is down, not this request's problem. Wait it out;
+			// the retry budget's time starts again (the retries charged so
+			// far stay charged: a request that fails while others get
+			// answers still gives up after MaxRetries).
+			budgetStart = time.Now()
 		} else {
 			charged++
 			if charged > c.cfg.MaxRetries || time.Since(budgetStart)+wait > c.cfg.RetryBudget {

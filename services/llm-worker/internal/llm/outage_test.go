@@ -108,8 +108,8 @@ func TestWaitOutageDeadline(t *testing.T) {
 
 // TestOneBadRequestIsNotAnOutage: while other calls succeed, one request
 // that keeps failing is not waited out: it gives up after MaxRetries
-// charged retries even with WaitOutage (its first failure, before any other
-// call answered, looked like an outage and was not charged).
+// charged retries even with WaitOutage (a failure with no answer to any call
+// since the last one looks like an outage and is not charged).
 func TestOneBadRequestIsNotAnOutage(t *testing.T) {
 	t.Parallel()
 	srv, _ := sequence(t, func(w http.ResponseWriter, r *http.Request) {
@@ -120,13 +120,20 @@ func TestOneBadRequestIsNotAnOutage(t *testing.T) {
 		respond(200, okBody)(w, r)
 	})
 	c, _ := newTestClient(t, srv, Config{MaxRetries: 4, WaitOutage: true})
+	// Another episode's call succeeds during every other wait: the bad
+	// request's failures alternate between looking like an outage and
+	// not, and the charged ones still add up.
+	waits := 0
 	c.sleep = func(ctx context.Context, _ time.Duration, _ <-chan struct{}) error {
-		_, err := c.Complete(ctx, Request{Messages: userMsg("good")}) // another episode's call succeeds meanwhile
+		if waits++; waits%2 == 1 {
+			return nil
+		}
+		_, err := c.Complete(ctx, Request{Messages: userMsg("good")})
 		return err
 	}
 	_, err := c.Complete(t.Context(), Request{Messages: userMsg("bad")})
-	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "after 6 attempts") || c.Health().Down {
-		t.Fatalf("error %v, health %+v: want ErrUnavailable after 6 attempts, endpoint up", err, c.Health())
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "after 11 attempts") || c.Health().Down {
+		t.Fatalf("error %v, health %+v: want ErrUnavailable after 11 attempts (the 3rd, 5th, ... 11th charged), endpoint up", err, c.Health())
 	}
 }
 
