@@ -12,6 +12,11 @@
 // are removed before any object is searched for, so braces in reasoning never
 // break parsing (upstream slices braces first).
 //
+// What a model may send is bounded here too: CapReply caps a reply at
+// MaxReplyBytes (a longer one is a format error kept as head and tail),
+// MaxConversationBytes bounds the conversation sent per request, and
+// Parse's work is linear in the reply.
+//
 // Everything here is a pure function: no I/O, no logging. There is exactly
 // one prompt builder and one action parser in medgym, and they are here; the
 // episode state machine that uses them is agent/episode.

@@ -9,8 +9,9 @@ import (
 )
 
 // normalize reads the JSON-like value that starts with the '{' at
-// text[start] and rewrites it as strict JSON. It returns the strict bytes and
-// the index just past the value's closing brace.
+// text[start] and rewrites it as strict JSON. It returns the strict bytes,
+// the index just past the value's closing brace, and how far it read (the
+// end, or where it failed: the work it did).
 //
 // Leniencies, all confined to what strict JSON rejects (so strict JSON passes
 // through unchanged):
@@ -20,7 +21,7 @@ import (
 //     closing """ is the first one followed by ',', '}' or ']' (after
 //     spaces), so docstrings inside the code survive;
 //   - a comma right before '}' or ']' is dropped.
-func normalize(text string, start int) ([]byte, int, error) {
+func normalize(text string, start int) (norm []byte, end, reach int, err error) {
 	var (
 		out   bytes.Buffer
 		stack []byte
@@ -33,11 +34,11 @@ func normalize(text string, start int) ([]byte, int, error) {
 			if strings.HasPrefix(text[i:], `"""`) {
 				content, next, err := tripleQuoted(text, i)
 				if err != nil {
-					return nil, 0, err
+					return nil, 0, len(text), err // it looked to the end
 				}
 				b, err := json.Marshal(content)
 				if err != nil {
-					return nil, 0, fmt.Errorf("encode triple-quoted string: %w", err)
+					return nil, 0, next, fmt.Errorf("encode triple-quoted string: %w", err)
 				}
 				out.Write(b)
 				i = next
@@ -45,7 +46,7 @@ func normalize(text string, start int) ([]byte, int, error) {
 			}
 			next, err := quoted(&out, text, i)
 			if err != nil {
-				return nil, 0, err
+				return nil, 0, len(text), err // it read to the end
 			}
 			i = next
 			continue
@@ -55,13 +56,13 @@ func normalize(text string, start int) ([]byte, int, error) {
 			stack = append(stack, ']')
 		case '}', ']':
 			if len(stack) == 0 || stack[len(stack)-1] != c {
-				return nil, 0, fmt.Errorf("unexpected %q at offset %d", c, i)
+				return nil, 0, i + 1, fmt.Errorf("unexpected %q at offset %d", c, i)
 			}
 			stack = stack[:len(stack)-1]
 			dropTrailingComma(&out)
 			out.WriteByte(c)
 			if len(stack) == 0 {
-				return out.Bytes(), i + 1, nil
+				return out.Bytes(), i + 1, i + 1, nil
 			}
 			i++
 			continue
@@ -69,7 +70,7 @@ func normalize(text string, start int) ([]byte, int, error) {
 		out.WriteByte(c)
 		i++
 	}
-	return nil, 0, errors.New("unterminated object (truncated output?)")
+	return nil, 0, len(text), errors.New("unterminated object (truncated output?)")
 }
 
 // quoted copies the JSON string starting at text[i] (a '"') to out, fixing

@@ -24,6 +24,9 @@ var (
 	ErrUnknownAction = errors.New("unknown action")
 	// ErrBadParams: the params of a known action have wrong keys or types.
 	ErrBadParams = errors.New("invalid params")
+	// ErrReplyTooLong: the reply is over MaxReplyBytes and is not parsed
+	// (CapReply).
+	ErrReplyTooLong = errors.New("the reply is too long")
 )
 
 // paramKeys lists, per action, the exact parameter keys. Every value must be
@@ -40,22 +43,41 @@ var paramKeys = map[string][]string{
 // (thousands of unbalanced braces) stays linear-ish.
 const maxStarts = 256
 
+// Parse's work bound: all candidates together scan at most
+// workPerByte·len(text) + minWork bytes (the text they read plus the strict
+// JSON they decode), so a reply full of objects that never close (`{"a":`
+// repeated) costs a few passes over it, not one pass per candidate. The
+// first candidate always gets a whole pass.
+const (
+	workPerByte = 4
+	minWork     = 64 << 10
+)
+
 // Parse extracts the first valid action object from a model reply. The
 // returned Action's Params is canonical JSON: keys sorted, no insignificant
 // whitespace, no HTML escaping, so equal actions have equal bytes.
 //
 // When no valid action is found the error wraps one of ErrNoJSON,
 // ErrBadJSON, ErrBadShape, ErrUnknownAction or ErrBadParams, chosen from
-// the most action-like object seen.
+// the most action-like object seen. Its work is linear in len(text) (see
+// workPerByte); callers cap the reply first (CapReply).
 func Parse(text string) (schemas.Action, error) {
+	act, _, err := parse(text)
+	return act, err
+}
+
+// parse is Parse, also returning the work done (bytes scanned and decoded).
+func parse(text string) (schemas.Action, int, error) {
 	text = stripThink(text)
 	if strings.TrimSpace(text) == "" {
-		return schemas.Action{}, fmt.Errorf("%w (empty after removing reasoning)", ErrNoJSON)
+		return schemas.Action{}, 0, fmt.Errorf("%w (empty after removing reasoning)", ErrNoJSON)
 	}
 	var (
 		best     error // error of the most action-like candidate
 		bestRank int
 		starts   int
+		budget   = workPerByte*len(text) + minWork
+		work     int
 	)
 	note := func(rank int, err error) {
 		if rank > bestRank {
@@ -73,15 +95,24 @@ func Parse(text string) (schemas.Action, error) {
 			note(1, fmt.Errorf("%w: too many '{' without a valid action", ErrBadJSON))
 			break
 		}
-		norm, end, err := normalize(text, start)
+		// The candidate reads at most what is left of the budget: a
+		// window that ends early makes it unterminated, and the search
+		// stops.
+		window := text[:min(len(text), start+max(budget-work, 0))]
+		norm, end, reach, err := normalize(window, start)
+		work += reach - start + len(norm)
 		if err != nil {
+			if len(window) < len(text) && reach >= len(window) {
+				note(1, fmt.Errorf("%w: gave up after reading %d bytes of a %d-byte reply without a valid action", ErrBadJSON, work, len(text)))
+				break
+			}
 			note(1, fmt.Errorf("%w: %v", ErrBadJSON, err))
 			i = start + 1
 			continue
 		}
 		act, rank, err := decodeAction(norm)
 		if err == nil {
-			return act, nil
+			return act, work, nil
 		}
 		note(rank, err)
 		if rank >= 2 {
@@ -93,9 +124,9 @@ func Parse(text string) (schemas.Action, error) {
 		}
 	}
 	if best == nil {
-		return schemas.Action{}, ErrNoJSON
+		return schemas.Action{}, work, ErrNoJSON
 	}
-	return schemas.Action{}, best
+	return schemas.Action{}, work, best
 }
 
 // stripThink drops reasoning: everything up to the last </think>, or the

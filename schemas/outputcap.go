@@ -11,10 +11,11 @@ import (
 // the full size. full is the size the producer reported before its own cap
 // (0: len(s)); the second result is the full size to record.
 func CapStored(s string, full int64) (string, int64) {
-	return capText(s, full, MaxStoredOutputBytes)
+	return CapText(s, full, MaxStoredOutputBytes)
 }
 
-func capText(s string, full int64, limit int) (string, int64) {
+// CapText is CapStored with another limit (the agent's reply cap).
+func CapText(s string, full int64, limit int) (string, int64) {
 	full = max(full, int64(len(s)))
 	if len(s) <= limit {
 		return s, full

@@ -187,6 +187,10 @@ func TestRobustness200Episodes(t *testing.T) {
 	f.Policy, f.LLMURL, f.Model, f.RunID = "openai", srv.URL+"/v1", fakellm.DefaultModel, fl.runID
 	f.TaskIDs, f.MaxTurns = strings.Join(ids, ","), 3
 	f.LLM.LLM.MaxRetries, f.LLM.LLM.Timeout = 8, 30*time.Second
+	// The endpoint-down episodes give up after their retries while others
+	// get answers; the last of them, alone with a failing endpoint, wait it
+	// out until their clock.
+	f.LLM.EpisodeClock = time.Minute
 	spec, err := f.Spec()
 	if err != nil {
 		t.Fatal(err)

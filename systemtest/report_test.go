@@ -62,7 +62,10 @@ func TestReportOnRealRun(t *testing.T) {
 		fakes = append(fakes, fakellm.New(fakellm.Config{Policy: "reference", PCorrect: 0.5, GarbageRate: 0.4,
 			ErrorRate500: 0.08, Seed: int64(11 + i), References: refs, Model: "fake"}))
 	}
-	srv := httptest.NewServer(byTemperature(temps, fakes))
+	// Its 500s say x-should-retry: false, so each is an infra_failure
+	// whatever the other episodes' calls get (the llm-worker waits out an
+	// endpoint that fails every call).
+	srv := httptest.NewServer(noRetry(byTemperature(temps, fakes)))
 	defer srv.Close()
 	f.Policy, f.LLMURL, f.Model, f.RunID = "openai", srv.URL+"/v1", "fake", "report-e2e"
 	f.Limit, f.Seed, f.Samples, f.Temperatures, f.MaxTurns, f.LLM.LLM.MaxRetries = 8, 3, 3, "0,0.5,1", 3, 0
@@ -287,4 +290,20 @@ func TestReportNeedsRun(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--run") {
 		t.Fatalf("err = %v, want one naming --run", err)
 	}
+}
+
+// noRetry marks h's 5xx answers x-should-retry: false.
+func noRetry(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(noRetryWriter{w}, r)
+	})
+}
+
+type noRetryWriter struct{ http.ResponseWriter }
+
+func (w noRetryWriter) WriteHeader(status int) {
+	if status >= 500 {
+		w.Header().Set("x-should-retry", "false")
+	}
+	w.ResponseWriter.WriteHeader(status)
 }

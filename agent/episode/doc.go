@@ -21,5 +21,14 @@
 //   - the loop guard sees the same action with the same params as the
 //     previous turn and either warns the model or stops with outcome loop;
 //   - MaxTurns policy steps at most; a policy that keeps failing beyond its
-//     client's bounded retries ends the episode with infra_failure.
+//     client's retries ends the episode with infra_failure;
+//   - bounds (medgym's, upstream has none): a reply over agent.MaxReplyBytes
+//     is a format error kept capped (head and tail, full size recorded); a
+//     conversation over agent.MaxConversationBytes, or a policy error
+//     wrapping ErrContextOverflow, ends the episode at the turn limit with
+//     no answer (Error says "context overflow");
+//   - the episode's clock (EpisodeTimeoutSec, else Engine.DefaultTimeout)
+//     cancels the model call in flight: the episode ends as a timeout, or as
+//     infra_failure when the endpoint was failing (ErrUnavailable) while the
+//     clock ran out.
 package episode

@@ -44,9 +44,27 @@ type Engine struct {
 	Debugger Debugger
 	// SystemAsUser folds the system prompt into the first user message.
 	SystemAsUser bool
-	Now          func() time.Time
-	Worker       string
+	// DefaultTimeout is the clock of an episode whose options set none
+	// (EpisodeTimeoutSec 0); zero: such an episode has no clock.
+	DefaultTimeout time.Duration
+	Now            func() time.Time
+	Worker         string
 }
+
+// Errors a Policy wraps to say how its call failed; any other error ends
+// the episode as an infrastructure failure.
+var (
+	// ErrContextOverflow: the conversation no longer fits the model's
+	// context. The episode ends at the turn limit without an answer (scored
+	// 0, as any turn limit without one): the agent's conversation outgrew
+	// its model, which says something about the agent.
+	ErrContextOverflow = errors.New("the conversation exceeds the model's context")
+	// ErrUnavailable: the model endpoint was failing (unreachable,
+	// overloaded, erroring) when the call gave up. When the episode's clock
+	// ran out during such a wait the episode is an infrastructure failure;
+	// when it ran out while the model was working (or hanging), a timeout.
+	ErrUnavailable = errors.New("the model endpoint is unavailable")
+)
 
 // ErrAwaitReply, returned by a Policy, says the reply comes from outside
 // medgym and is not here yet (the environment server's client is the
@@ -158,6 +176,14 @@ func (e *Engine) Resume(ctx context.Context, st schemas.EpisodeState) (schemas.E
 // here without a sandbox round trip.
 func (e *Engine) advance(ctx context.Context, st schemas.EpisodeState) (schemas.EpisodeState, Step, error) {
 	req := st.Request
+	// The episode's clock bounds every model call (and the debugger's):
+	// the call is cancelled when it runs out.
+	limit := e.clock(req.Options)
+	cctx, cancel := ctx, context.CancelFunc(func() {})
+	if limit > 0 {
+		cctx, cancel = context.WithTimeout(ctx, limit-e.now().Sub(st.StartedAt))
+	}
+	defer cancel()
 	for {
 		if len(st.Turns) >= req.Options.MaxTurns {
 			if allParseErrors(st.Turns) {
@@ -170,14 +196,17 @@ func (e *Engine) advance(ctx context.Context, st schemas.EpisodeState) (schemas.
 			}
 			return e.finish(st, schemas.EndTurnLimit, lastAnswer(st.Turns), "")
 		}
-		if d := req.Options.EpisodeTimeoutSec; d > 0 && e.now().Sub(st.StartedAt) > time.Duration(d)*time.Second {
-			return e.finish(st, schemas.EndTimeout, lastAnswer(st.Turns), fmt.Sprintf("episode exceeded %ds", d))
+		if limit > 0 && e.now().Sub(st.StartedAt) > limit {
+			return e.finish(st, schemas.EndTimeout, lastAnswer(st.Turns), fmt.Sprintf("episode exceeded %s", limit))
+		}
+		if n := agent.ConversationBytes(st.Messages); n > agent.MaxConversationBytes {
+			return e.finish(st, schemas.EndTurnLimit, "", fmt.Sprintf("context overflow: the conversation is %d bytes, over the %d-byte cap", n, agent.MaxConversationBytes))
 		}
 		pol, err := e.Policy(req.Policy)
 		if err != nil {
 			return e.finish(st, schemas.EndInfraFailure, "", err.Error())
 		}
-		c, err := pol.Complete(ctx, req, st.Messages)
+		c, err := pol.Complete(cctx, req, st.Messages)
 		if errors.Is(err, ErrAwaitReply) {
 			return st, Step{}, nil
 		}
@@ -185,16 +214,31 @@ func (e *Engine) advance(ctx context.Context, st schemas.EpisodeState) (schemas.
 			if ctx.Err() != nil {
 				return st, Step{}, fmt.Errorf("policy step %d: %w", len(st.Turns), ctx.Err())
 			}
+			switch {
+			case errors.Is(err, ErrContextOverflow):
+				return e.finish(st, schemas.EndTurnLimit, "", fmt.Sprintf("context overflow: %v", err))
+			case cctx.Err() != nil && !errors.Is(err, ErrUnavailable):
+				return e.finish(st, schemas.EndTimeout, lastAnswer(st.Turns), fmt.Sprintf("episode exceeded %s waiting for the model: %v", limit, err))
+			}
 			return e.finish(st, schemas.EndInfraFailure, "", fmt.Sprintf("policy: %v", err))
 		}
 		idx := len(st.Turns)
+		// A reply over the cap is kept capped (head and tail), is not
+		// parsed, and keeps no token data (it would not match the text).
+		text, perr := agent.CapReply(c.Text)
+		reasoning, _ := schemas.CapText(c.Reasoning, 0, agent.MaxReplyBytes)
 		t := schemas.Turn{
-			Index: idx, RawText: c.Text, Reasoning: c.Reasoning, FinishReason: c.FinishReason,
+			Index: idx, RawText: text, Reasoning: reasoning, FinishReason: c.FinishReason,
 			LLMLatencyMS: c.Latency.Milliseconds(), PromptTokens: c.PromptTokens, CompletionTokens: c.CompletionTokens,
 			PromptTokenIDs: c.PromptTokenIDs, CompletionTokenIDs: c.TokenIDs, CompletionLogprobs: c.Logprobs,
 		}
-		st.Messages = append(st.Messages, schemas.ChatMessage{Role: "assistant", Content: c.Text})
-		act, perr := agent.Parse(c.Text)
+		st.Messages = append(st.Messages, schemas.ChatMessage{Role: "assistant", Content: text})
+		var act schemas.Action
+		if perr != nil {
+			t.CompletionTokenIDs, t.CompletionLogprobs = nil, nil
+		} else {
+			act, perr = agent.Parse(text)
+		}
 		if perr != nil {
 			t.ParseError = perr.Error()
 			t.Observation = agent.ParseErrorMessage(perr)
@@ -239,7 +283,7 @@ func (e *Engine) advance(ctx context.Context, st schemas.EpisodeState) (schemas.
 			}
 			return e.finish(st, schemas.EndAnswered, answerText(act.Params), "")
 		case schemas.ActionDebug:
-			t.Observation = e.debug(ctx, st, act)
+			t.Observation = e.debug(cctx, st, act)
 			t.ExecStatus = schemas.StatusInfo
 			st.Turns = append(st.Turns, t)
 			st.Messages = append(st.Messages, schemas.ChatMessage{Role: "user", Content: t.Observation})
@@ -263,6 +307,14 @@ func (e *Engine) advance(ctx context.Context, st schemas.EpisodeState) (schemas.
 		st.PendingAction = &ar
 		return st, Step{Action: &ar}, nil
 	}
+}
+
+// clock is the episode's time limit: its options', else DefaultTimeout.
+func (e *Engine) clock(o schemas.EpisodeOptions) time.Duration {
+	if o.EpisodeTimeoutSec > 0 {
+		return time.Duration(o.EpisodeTimeoutSec) * time.Second
+	}
+	return e.DefaultTimeout
 }
 
 func (e *Engine) debug(ctx context.Context, st schemas.EpisodeState, act schemas.Action) string {

@@ -7,6 +7,7 @@ require (
 	github.com/medgym/medgym/bus v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/schemas v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/tasks v0.0.0-00010101000000-000000000000
+	github.com/prometheus/client_golang v1.25.0
 )
 
 require (
@@ -28,7 +29,6 @@ require (
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/oklog/ulid v1.3.1 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
-	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect

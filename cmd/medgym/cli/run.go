@@ -412,7 +412,10 @@ func RunSpec(ctx context.Context, spec schemas.RunSpec, f *RunFlags, stderr io.W
 		return RunResult{}, err
 	}
 	svcErr := make(chan error, 1)
+	var note func() string
 	if f.NATS == "" {
+		m := bus.NewMetrics()
+		f.ServiceFlags.metrics, note = m, func() string { return modelNote(m) }
 		w := StartServices(svcCtx, conn, &f.ServiceFlags, f.LLMURL, logger)
 		done := make(chan error, 1)
 		go func() {
@@ -428,7 +431,7 @@ func RunSpec(ctx context.Context, spec schemas.RunSpec, f *RunFlags, stderr io.W
 		return RunResult{}, err
 	}
 	fmt.Fprintf(stderr, "run %s submitted (%s, policy %s)\n", spec.RunID, strings.Join(spec.Datasets, ","), policyLabel(spec.Policy))
-	status, _, err := Follow(ctx, conn, spec.RunID, stderr, f.Quiet, svcErr)
+	status, _, err := follow(ctx, conn, spec.RunID, stderr, f.Quiet, svcErr, note)
 	stopServices()
 	if wait != nil {
 		if werr := wait(); werr != nil && err == nil {
@@ -552,6 +555,12 @@ func policyLabel(p schemas.PolicySpec) string {
 // NATS outage; an error on svcErr (the in-process services failing) ends
 // it.
 func Follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quiet bool, svcErr <-chan error) (schemas.RunStatus, map[schemas.Outcome]int, error) {
+	return follow(ctx, conn, runID, w, quiet, svcErr, nil)
+}
+
+// follow is Follow; note, when set, adds to each progress line (the
+// in-process model endpoint's state).
+func follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quiet bool, svcErr <-chan error, note func() string) (schemas.RunStatus, map[schemas.Outcome]int, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {
@@ -586,7 +595,11 @@ func Follow(ctx context.Context, conn *bus.Conn, runID string, w io.Writer, quie
 			done = st.Done
 		}
 		if !quiet && st.Total > 0 && (tty || time.Since(lastLine) >= 10*time.Second || st.Finished) {
-			Progress(w, st, done, outcomes, time.Since(start), tty)
+			extra := ""
+			if note != nil {
+				extra = note()
+			}
+			progress(w, st, done, outcomes, time.Since(start), tty, extra)
 			lastLine = time.Now()
 		}
 	}
@@ -610,6 +623,11 @@ func isTerminal(w io.Writer) bool {
 // Progress prints the run's progress line (rewritten in place on a
 // terminal).
 func Progress(w io.Writer, st schemas.RunStatus, done int, outcomes map[schemas.Outcome]int, el time.Duration, tty bool) {
+	progress(w, st, done, outcomes, el, tty, "")
+}
+
+// progress is Progress with note added to the line.
+func progress(w io.Writer, st schemas.RunStatus, done int, outcomes map[schemas.Outcome]int, el time.Duration, tty bool, note string) {
 	infra := outcomes[schemas.OutcomeInfraFailure]
 	perMin := float64(done) / el.Minutes()
 	eta := "?"
@@ -620,6 +638,32 @@ func Progress(w io.Writer, st schemas.RunStatus, done int, outcomes map[schemas.
 	if !tty {
 		lead, end = "", "\n"
 	}
-	fmt.Fprintf(w, "%s%d/%d done, %d in flight, success %s, %.1f episodes/min, ETA %s%s",
-		lead, done, st.Total, max(0, st.Published-done), scoredRate(Solved(outcomes), done-infra, infra), perMin, eta, end)
+	fmt.Fprintf(w, "%s%d/%d done, %d in flight, success %s, %.1f episodes/min, ETA %s%s%s",
+		lead, done, st.Total, max(0, st.Published-done), scoredRate(Solved(outcomes), done-infra, infra), perMin, eta, note, end)
+}
+
+// modelNote is the progress line's word on the in-process llm-worker's
+// model endpoints (its medgym_llm_endpoint_down and
+// medgym_llm_calls_waiting metrics): ", model endpoint down (N calls
+// waiting)" while one is down, else nothing.
+func modelNote(m *bus.Metrics) string {
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		return ""
+	}
+	down, waiting := false, 0.0
+	for _, mf := range mfs {
+		for _, x := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "medgym_llm_endpoint_down":
+				down = down || x.GetGauge().GetValue() == 1
+			case "medgym_llm_calls_waiting":
+				waiting += x.GetGauge().GetValue()
+			}
+		}
+	}
+	if !down {
+		return ""
+	}
+	return fmt.Sprintf(", model endpoint down (%d calls waiting for it)", int(waiting))
 }

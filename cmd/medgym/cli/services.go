@@ -40,6 +40,10 @@ type ServiceFlags struct {
 	LLM        llmworker.Config
 	Sandbox    sandboxworker.Config
 	Verifier   verifier.Config
+
+	// metrics, when set, is what StartServices measures the services with
+	// (RunSpec reads the model endpoint's state from it).
+	metrics *bus.Metrics
 }
 
 // componentFlag says how a service's flag is named on the CLI: under
@@ -183,7 +187,10 @@ func StartServices(ctx context.Context, conn *bus.Conn, f *ServiceFlags, llmURL 
 			return err
 		})
 	}
-	metrics := bus.NewMetrics()
+	metrics := f.metrics
+	if metrics == nil {
+		metrics = bus.NewMetrics()
+	}
 	if err := metrics.Serve(ctx, f.MetricsAddr, conn, log); err != nil {
 		return func() error { return err }
 	}

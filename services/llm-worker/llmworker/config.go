@@ -34,6 +34,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&c.Debugger.APIKeyEnv, "debugger-api-key-env", "", "environment variable holding the debugger's API key (default: the episode's)")
 	fs.BoolVar(&c.SystemAsUser, "system-as-user", false, "fold the system prompt into the first user message")
 	fs.StringVar(&c.Worker, "name", host+"/llm-worker", "worker name recorded in trajectories")
+	fs.DurationVar(&c.EpisodeClock, "episode-clock", time.Hour, "time limit of an episode whose run sets none (--episode-timeout 0): its model call is cancelled and it ends as a timeout; also how long its model calls wait out an endpoint that is down (0: no limit)")
 	fs.DurationVar(&c.AckWait, "ack-wait", 60*time.Second, "how long a message may go unacked (in-progress acks keep long work alive) before another process gets it")
 }
 
@@ -51,6 +52,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--llm-max-concurrent %d: must be ≥ 1 (0: the default)", c.LLM.MaxConcurrent)
 	case c.AckWait < 0:
 		return errors.New("--ack-wait must be positive")
+	case c.EpisodeClock < 0:
+		return fmt.Errorf("--episode-clock %s: must be ≥ 0 (0: no limit)", c.EpisodeClock)
 	}
 	return nil
 }

@@ -36,6 +36,10 @@ type Config struct {
 	Debugger policy.DebuggerConfig
 	// AckWait for the consumers (in-progress acks keep long steps alive).
 	AckWait time.Duration
+	// EpisodeClock bounds an episode whose options set no timeout (0: no
+	// bound); it also bounds how long its model calls wait out an endpoint
+	// that is down.
+	EpisodeClock time.Duration
 }
 
 // Run serves until ctx is done.
@@ -56,10 +60,19 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 		return fmt.Errorf("llm-worker: episode state bucket: %w", err)
 	}
 	lib := tasks.NewCache(cfg.DataRoot, cfg.TasksDir, cfg.LibraryDir)
+	// A model endpoint that is down is waited out, bounded by each
+	// episode's clock, not turned into infra_failure (docs/adr/0024).
+	cfg.LLM.WaitOutage, cfg.LLM.Logger = true, log
 	pool := &policy.OpenAIPool{Defaults: cfg.LLM}
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Registry.Register(newEndpointCollector(pool)); err != nil {
+			return fmt.Errorf("llm-worker: metrics: %w", err)
+		}
+	}
 	eng := &episode.Engine{
-		Worker:       cfg.Worker,
-		SystemAsUser: cfg.SystemAsUser,
+		Worker:         cfg.Worker,
+		SystemAsUser:   cfg.SystemAsUser,
+		DefaultTimeout: cfg.EpisodeClock,
 		Policy: func(spec schemas.PolicySpec) (episode.Policy, error) {
 			switch spec.Name {
 			case schemas.PolicyReference:

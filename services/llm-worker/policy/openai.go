@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"sync"
@@ -27,6 +29,12 @@ type ClientDefaults struct {
 	NoTemperature          bool
 	UseMaxCompletionTokens bool
 	RequestTokenIDs        bool
+	// WaitOutage makes calls wait out an endpoint that is down until their
+	// context ends (llm.Config.WaitOutage).
+	WaitOutage bool
+	// Logger receives the clients' retry notices and endpoint down/up
+	// lines; nil discards them.
+	Logger *slog.Logger
 	// DefaultBaseURL is used when a PolicySpec has none.
 	DefaultBaseURL string
 	// CAFile, when set, is a PEM file of CA certificates trusted for
@@ -99,7 +107,7 @@ func (p *OpenAIPool) client(base, model, keyEnv string, tokenIDs bool) (*llm.Cli
 		BaseURL: base, Model: model, APIKey: apiKey,
 		Timeout: d.Timeout, MaxConcurrent: d.MaxConcurrent, MaxRetries: retries, MaxRetryWait: d.MaxRetryWait,
 		NoTemperature: d.NoTemperature, UseMaxCompletionTokens: d.UseMaxCompletionTokens,
-		RequestTokenIDs: tokenIDs,
+		RequestTokenIDs: tokenIDs, WaitOutage: d.WaitOutage, Logger: d.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s at %s: %w", model, schemas.RedactURL(base), err)
@@ -109,6 +117,24 @@ func (p *OpenAIPool) client(base, model, keyEnv string, tokenIDs bool) (*llm.Cli
 	}
 	p.clients[key] = c
 	return c, nil
+}
+
+// EndpointHealth is the state of one client's endpoint.
+type EndpointHealth struct {
+	BaseURL, Model string // the URL redacted
+	llm.Health
+}
+
+// Health reports every client's endpoint, in no particular order.
+func (p *OpenAIPool) Health() []EndpointHealth {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]EndpointHealth, 0, len(p.clients))
+	for _, c := range p.clients {
+		base, model := c.Endpoint()
+		out = append(out, EndpointHealth{BaseURL: schemas.RedactURL(base), Model: model, Health: c.Health()})
+	}
+	return out
 }
 
 // OpenAI is a policy backed by an OpenAI-compatible endpoint.
@@ -121,7 +147,12 @@ func (o OpenAI) Complete(ctx context.Context, req schemas.EpisodeRequest, msgs [
 		Messages: msgs, Temperature: p.Temperature, TopP: p.TopP, MaxTokens: p.MaxTokens,
 		Seed: p.Seed, Stop: p.Stop, User: req.EpisodeID,
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, llm.ErrContextOverflow):
+		return episode.Completion{}, fmt.Errorf("%w: %w", episode.ErrContextOverflow, err)
+	case errors.Is(err, llm.ErrUnavailable):
+		return episode.Completion{}, fmt.Errorf("%w: %w", episode.ErrUnavailable, err)
+	case err != nil:
 		return episode.Completion{}, err
 	}
 	return episode.Completion{

@@ -18,14 +18,18 @@ import (
 	"github.com/medgym/medgym/schemas"
 )
 
-// Errors a Completion can end with. Both end the caller's episode with
-// infra_failure.
+// Errors a Completion can end with.
 var (
 	// ErrPermanent: the endpoint refused the request in a way no retry fixes.
 	ErrPermanent = errors.New("llm request failed permanently")
 	// ErrUnavailable: the endpoint stayed unreachable, overloaded or broken
-	// through every retry.
+	// through every retry, or until the caller's deadline.
 	ErrUnavailable = errors.New("llm endpoint unavailable")
+	// ErrContextOverflow (with ErrPermanent): the endpoint refused the
+	// request because the conversation does not fit the model's context
+	// (a 400 saying so: OpenAI's context_length_exceeded, vLLM's "maximum
+	// context length", SGLang's "longer than the model's context length").
+	ErrContextOverflow = errors.New("the conversation exceeds the model's context")
 )
 
 // Defaults for zero Config fields.
@@ -65,6 +69,16 @@ type Config struct {
 	// UseMaxCompletionTokens sends max_completion_tokens instead of the
 	// deprecated max_tokens (required by OpenAI reasoning models).
 	UseMaxCompletionTokens bool
+	// WaitOutage makes a call wait out an endpoint that is down instead of
+	// failing: an attempt that fails as an outage does (refused, 429, 5xx,
+	// an unreadable body; not a request that timed out) while no call of
+	// this client got an answer counts against neither MaxRetries nor
+	// RetryBudget, and the call retries with backoff, woken at once when
+	// any call succeeds, until its context ends. (While other calls get
+	// answers, a failing request is charged as usual.) A call whose deadline passes while it waits wraps
+	// ErrUnavailable and the context's error. The caller bounds the wait
+	// with its context (the llm-worker: the episode's clock).
+	WaitOutage bool
 	// RequestTokenIDs asks a vLLM server for token ids and logprobs:
 	// logprobs:true, top_logprobs:0, return_token_ids:true and
 	// return_tokens_as_token_ids:true.
@@ -118,7 +132,9 @@ type Client struct {
 	sem      chan struct{}
 	log      *slog.Logger
 	jitter   func() float64 // in [0, 1)
-	sleep    func(ctx context.Context, d time.Duration) error
+	// sleep waits d, or until wake is closed (nil: never) or ctx ends.
+	sleep func(ctx context.Context, d time.Duration, wake <-chan struct{}) error
+	br    *breaker
 }
 
 // New returns a client for cfg.
@@ -166,8 +182,16 @@ func New(cfg Config) (*Client, error) {
 		log:      log,
 		jitter:   rand.Float64,
 		sleep:    sleepCtx,
+		br:       newBreaker(),
 	}, nil
 }
+
+// Endpoint returns the client's base URL and model.
+func (c *Client) Endpoint() (baseURL, model string) { return c.cfg.BaseURL, c.cfg.Model }
+
+// Health says whether the client's endpoint is down and how many calls
+// wait for it (Config.WaitOutage).
+func (c *Client) Health() Health { return c.br.health() }
 
 // Complete sends req and returns the first choice, retrying transient
 // failures as the package doc describes.
@@ -176,29 +200,85 @@ func (c *Client) Complete(ctx context.Context, req Request) (Completion, error) 
 	if err != nil {
 		return Completion{}, fmt.Errorf("encode chat request: %w", err)
 	}
+	endpoint := schemas.RedactURL(c.endpoint)
 	start := time.Now()
+	budgetStart, charged := start, 0 // retries counted against MaxRetries and RetryBudget
+	answered := c.br.answered()      // answers of any call by the last failure
+	var outage *failure              // the last failure, when it said the endpoint is down
+	// ended is the error of a call whose context ended: when it ended in a
+	// retry after the endpoint failed (waiting, or in flight, or waiting
+	// for a slot), the deadline is the endpoint's doing and wraps
+	// ErrUnavailable; else the context's error alone (a slow or hanging
+	// model, a cancelled caller).
+	ended := func(err error, attempt int) error {
+		if outage != nil && errors.Is(err, context.DeadlineExceeded) {
+			return c.errorf(ErrUnavailable, err, "chat completion at %s: %s until the deadline (%d attempts)", endpoint, outage.msg, attempt)
+		}
+		return c.errorf(err, nil, "chat completion at %s: %v", endpoint, err)
+	}
 	for attempt := 1; ; attempt++ {
 		comp, fail := c.attempt(ctx, body)
 		if fail == nil {
+			if since := c.br.success(); !since.IsZero() {
+				c.log.LogAttrs(ctx, slog.LevelWarn, "llm endpoint answers again",
+					slog.String("endpoint", endpoint), slog.Duration("down_for", time.Since(since).Round(time.Millisecond)))
+			}
 			comp.Latency = time.Since(start)
 			comp.Attempts = attempt
 			return comp, nil
 		}
 		if err := ctx.Err(); err != nil {
-			return Completion{}, c.errorf(err, nil, "chat completion at %s: %v", schemas.RedactURL(c.endpoint), err)
+			return Completion{}, ended(err, attempt)
 		}
 		if !fail.retry {
-			return Completion{}, c.errorf(ErrPermanent, fail.cause, "chat completion at %s: %s", schemas.RedactURL(c.endpoint), fail.msg)
+			return Completion{}, c.errorf(ErrPermanent, fail.cause, "chat completion at %s: %s", endpoint, fail.msg)
+		}
+		var (
+			open, opened bool
+			woken        <-chan struct{}
+		)
+		outage = nil
+		if !fail.slow {
+			outage = fail
+			open, opened, woken = c.br.failure(time.Now())
+		}
+		if opened {
+			c.log.LogAttrs(ctx, slog.LevelWarn, "llm endpoint down",
+				slog.String("endpoint", endpoint), slog.Int("failures_in_a_row", breakerThreshold), slog.String("error", c.redact(fail.msg)))
 		}
 		wait := c.backoff(attempt, fail.retryAfter)
-		if attempt > c.cfg.MaxRetries || time.Since(start)+wait > c.cfg.RetryBudget {
-			return Completion{}, c.errorf(ErrUnavailable, fail.cause, "chat completion at %s: %s (after %d attempts)", schemas.RedactURL(c.endpoint), fail.msg, attempt)
+		prev := answered
+		answered = c.br.answered()
+		if c.cfg.WaitOutage && outage != nil && answered == prev {
+			// No call got an answer since this one last failed: the
+			// endpoint is down, not this request's problem. Wait it out;
+			// the retry budget's time starts again (the retries charged so
+			// far stay charged: a request that fails while others get
+			// answers still gives up after MaxRetries).
+			budgetStart = time.Now()
+		} else {
+			charged++
+			if charged > c.cfg.MaxRetries || time.Since(budgetStart)+wait > c.cfg.RetryBudget {
+				return Completion{}, c.errorf(ErrUnavailable, fail.cause, "chat completion at %s: %s (after %d attempts)", endpoint, fail.msg, attempt)
+			}
+			woken = nil
 		}
-		c.log.LogAttrs(ctx, slog.LevelWarn, "llm request failed, retrying",
-			slog.String("endpoint", schemas.RedactURL(c.endpoint)), slog.Int("attempt", attempt),
+		level := slog.LevelWarn
+		if open {
+			level = slog.LevelDebug // one line when the endpoint goes down, one when it is back
+		}
+		c.log.LogAttrs(ctx, level, "llm request failed, retrying",
+			slog.String("endpoint", endpoint), slog.Int("attempt", attempt), slog.Bool("endpoint_down", open),
 			slog.String("error", c.redact(fail.msg)), slog.Duration("wait", wait))
-		if err := c.sleep(ctx, wait); err != nil {
-			return Completion{}, c.errorf(err, nil, "chat completion at %s: %v", schemas.RedactURL(c.endpoint), err)
+		if woken != nil {
+			c.br.enter()
+		}
+		err := c.sleep(ctx, wait, woken)
+		if woken != nil {
+			c.br.leave()
+		}
+		if err != nil {
+			return Completion{}, ended(err, attempt)
 		}
 	}
 }
@@ -208,7 +288,10 @@ type failure struct {
 	msg        string
 	retry      bool
 	retryAfter time.Duration // 0: use backoff
-	cause      error
+	// slow: the attempt timed out (Config.Timeout): the model is slow or
+	// hangs, which says nothing about the endpoint being down.
+	slow  bool
+	cause error
 }
 
 func (c *Client) attempt(ctx context.Context, body []byte) (Completion, *failure) {
@@ -237,17 +320,26 @@ func (c *Client) attempt(ctx context.Context, body []byte) (Completion, *failure
 		if errors.As(err, &ue) {
 			msg = ue.Err.Error() // the endpoint is named by the caller's message
 		}
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		slow := errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
+		if slow {
 			msg = fmt.Sprintf("no answer within %s", c.cfg.Timeout)
 		}
-		return Completion{}, &failure{msg: msg, retry: true, cause: err}
+		return Completion{}, &failure{msg: msg, retry: true, slow: slow, cause: err}
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	if err != nil {
-		return Completion{}, &failure{msg: "read response: " + err.Error(), retry: true, cause: err}
+		slow := errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
+		return Completion{}, &failure{msg: "read response: " + err.Error(), retry: true, slow: slow, cause: err}
+	}
+	if len(data) > maxResponseBytes {
+		// Not retried: the same request would get the same answer.
+		return Completion{}, &failure{msg: fmt.Sprintf("status %d: the response is over %d bytes", resp.StatusCode, maxResponseBytes)}
 	}
 	if resp.StatusCode != http.StatusOK {
+		if msg := errorMessage(data); contextOverflow(resp.StatusCode, msg) {
+			return Completion{}, &failure{msg: fmt.Sprintf("status %d: %s", resp.StatusCode, msg), cause: ErrContextOverflow}
+		}
 		return Completion{}, &failure{
 			msg:        fmt.Sprintf("status %d: %s", resp.StatusCode, errorMessage(data)),
 			retry:      shouldRetry(resp),
@@ -308,15 +400,33 @@ func (c *Client) backoff(attempt int, serverAsk time.Duration) time.Duration {
 	return min(d, c.cfg.MaxRetryWait)
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
+func sleepCtx(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return nil
+	case <-wake:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// contextOverflow reports whether an error answer says the conversation
+// does not fit the model's context: a 400 (413 from some proxies) whose
+// message says so in OpenAI's, vLLM's or SGLang's words.
+func contextOverflow(status int, msg string) bool {
+	if status != http.StatusBadRequest && status != http.StatusRequestEntityTooLarge {
+		return false
+	}
+	m := strings.ToLower(msg)
+	for _, s := range []string{"context_length_exceeded", "maximum context length", "context length", "context window", "prompt is too long"} {
+		if strings.Contains(m, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // redact removes the API key from s.

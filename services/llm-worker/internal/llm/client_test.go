@@ -37,7 +37,7 @@ func newTestClient(t *testing.T, srv *httptest.Server, cfg Config) (*Client, *[]
 		mu    sync.Mutex
 		waits []time.Duration
 	)
-	c.sleep = func(ctx context.Context, d time.Duration) error {
+	c.sleep = func(ctx context.Context, d time.Duration, _ <-chan struct{}) error {
 		mu.Lock()
 		defer mu.Unlock()
 		waits = append(waits, d)

@@ -20,10 +20,23 @@
 // meant to stay well under the llm-worker's JetStream AckWait window, which
 // the caller keeps open with in-progress acks.
 //
+// With Config.WaitOutage (the llm-worker sets it) an endpoint that is down
+// for every call is waited out instead: a failure while no call of the
+// client got an answer since this call's last failure is not charged to
+// MaxRetries or RetryBudget, and the call retries (backoff, or the server's
+// ask) until its context ends, woken as soon as any call gets an answer.
+// The caller's deadline (the episode's clock) is then the bound; a call
+// whose deadline passes while it waits wraps ErrUnavailable and
+// context.DeadlineExceeded, one whose request was in flight (a slow or
+// hanging model) the deadline alone. Client.Health reports the endpoint
+// down after three such failures in a row, and the calls waiting.
+//
 // Exhausted retries wrap ErrUnavailable; answers no retry can fix (400,
-// 401, 403, 404, 422, a response without choices) wrap ErrPermanent. A
-// cancelled caller context is returned as the context's error, wrapping
-// neither: the episode should be redelivered, not failed.
+// 401, 403, 404, 422, a response without choices, a body over 64 MiB) wrap
+// ErrPermanent, and a 400 that says the conversation is over the model's
+// context also ErrContextOverflow. A cancelled caller context is returned
+// as the context's error, wrapping neither: the episode should be
+// redelivered, not failed.
 //
 // The API key is sent as a bearer token, never logged, and redacted from
 // every error string.
