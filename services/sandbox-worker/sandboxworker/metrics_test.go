@@ -2,8 +2,6 @@ package sandboxworker
 
 import (
 	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -17,18 +15,7 @@ import (
 // TestSandboxMetrics: a scrape shows the sandbox's backend and limits and
 // its actions by status, as Execute returned them.
 func TestSandboxMetrics(t *testing.T) {
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("bwrap missing in CI")
-		}
-		t.Skip("bwrap not installed")
-	}
-	root := t.TempDir()
-	for _, d := range []string{filepath.Dir(root), root} {
-		if err := os.Chmod(d, 0o755); err != nil { // uid 65534 must reach the workspaces
-			t.Fatal(err)
-		}
-	}
+	root := sandboxRoot(t)
 	sb, err := sandbox.New(t.Context(), sandbox.Config{WorkRoot: filepath.Join(root, "work")}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -27,12 +27,6 @@ import (
 // workspace and skipped the turns the others ran: ['t00'], ['t00', 't01'],
 // ['t00', 't02'], ...
 func TestWorkersShareAnEpisode(t *testing.T) {
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("bwrap missing in CI")
-		}
-		t.Skip("bwrap not installed")
-	}
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprintf("%d workers", n), func(t *testing.T) { shareEpisode(t, n) })
 	}
@@ -70,14 +64,7 @@ func (ws *workerSet) start(i int) {
 func shareEpisode(t *testing.T, n int) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	root, err := os.MkdirTemp("", "medgym-workers-") // uid 65534 must reach the workspaces
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(root) })
-	if err := os.Chmod(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	root := sandboxRoot(t)
 	url := bustest.StartJetStream(t)
 	conn, err := bus.Connect(ctx, url, "test", slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -155,6 +142,25 @@ func shareEpisode(t *testing.T, n int) {
 		t.Fatalf("no worker came back to the episode after another ran a turn (%v): nothing was tested", served)
 	}
 	t.Logf("turns served by %v", served)
+}
+
+// sandboxRoot skips (fails in CI) without bwrap and returns a temporary
+// directory the sandbox user (uid 65534) can reach.
+func sandboxRoot(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("bwrap missing in CI")
+		}
+		t.Skip("bwrap not installed")
+	}
+	root := t.TempDir()
+	for _, d := range []string{filepath.Dir(root), root} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
 }
 
 func lastIndex(s []string, v string) int {
