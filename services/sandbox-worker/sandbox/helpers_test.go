@@ -81,6 +81,7 @@ func testLimits() Limits {
 	l.FileSizeBytes = 16 << 20
 	l.OutputBytes = 64 << 10
 	l.DiskBytes = 64 << 20
+	l.DiskInodes = 1000
 	l.WallTimeout = 30 * time.Second
 	return l
 }

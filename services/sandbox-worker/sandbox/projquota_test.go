@@ -33,6 +33,8 @@ func TestQuotaABI(t *testing.T) {
 		"QCMD(Q_SETQUOTA, PRJQUOTA)":  {uint64(qcmd(qSetquota, prjQuota)), 0x80000802},
 		"QCMD(Q_GETQUOTA, PRJQUOTA)":  {uint64(qcmd(qGetquota, prjQuota)), 0x80000702},
 		"QCMD(Q_XGETQSTAT, PRJQUOTA)": {uint64(qcmd(qXGetqstat, prjQuota)), 0x580502},
+		"QIF_BLIMITS":                 {qifBlimits, 1},
+		"QIF_ILIMITS":                 {qifIlimits, 4},
 	} {
 		if c[0] != c[1] {
 			t.Errorf("%s = %#x, want %#x", name, c[0], c[1])
@@ -71,7 +73,7 @@ func TestFsxattr(t *testing.T) {
 // watcher bounds the workspaces; a negative DiskBytes turns the bound off.
 func TestDiskQuotaMechanism(t *testing.T) {
 	s := newWith(0)(t, Config{})
-	if _, err := newProjectQuota(s.cfg.WorkRoot, 1<<20); err == nil {
+	if _, err := newProjectQuota(s.cfg.WorkRoot, 1<<20, 1000); err == nil {
 		t.Skip("the temp dir's file system has project quotas")
 	}
 	if st := s.Stats(); st.DiskQuota != DiskQuotaWatcher {
@@ -85,7 +87,7 @@ func TestDiskQuotaMechanism(t *testing.T) {
 }
 
 // TestProjectQuota runs the sandbox on a loop-mounted ext4 (and XFS) with
-// project quotas: a write past DiskBytes fails with EDQUOT (ENOSPC on XFS)
+// project quotas: a write past DiskBytes, or a file past DiskInodes, fails with EDQUOT (ENOSPC on XFS)
 // inside the sandbox (a
 // plain error result, nothing killed), the workspace stays within the
 // limit, and after deleting files the code can write again. The warm
@@ -152,6 +154,14 @@ except OSError as e:
 			r = exec1(t, s, code(newEpisode(), "import os\nopen('/work/x', 'wb').write(os.urandom(12 << 20))\nprint('ok')", 20))
 			if r.Status != schemas.StatusOK {
 				t.Fatalf("a second episode's write within its own quota: %+v", r)
+			}
+			// Entries that take no blocks meet the project's inode limit
+			// (Limits.DiskInodes, 1000 in tests; the workspace itself is one).
+			ep = newEpisode()
+			r = exec1(t, s, code(ep, inodeFloodSrc, 30))
+			if u, err := walkUsage(s.workspacePath(ep), 0); err != nil || r.Status != schemas.StatusError || !quotaHit(r.Stdout) ||
+				!strings.Contains(r.Message, "1000 files and directories") || u.entries >= l.DiskInodes {
+				t.Fatalf("inode flood: %s %q, %+v %v", r.Status, r.Message, u, err)
 			}
 		})
 	}
