@@ -55,8 +55,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--memory-mb: must be ≥ 1")
 	case sb.Limits.DiskBytes < -1:
 		return fmt.Errorf("--disk-mb: must be ≥ 0 (-1: none)")
-	case sb.Limits.DiskInodes < 1:
-		return fmt.Errorf("--disk-inodes %d: must be ≥ 1", sb.Limits.DiskInodes)
+	case sb.Limits.DiskInodes < 0:
+		return fmt.Errorf("--disk-inodes %d: must be ≥ 1 (0: the default)", sb.Limits.DiskInodes)
 	case c.AckWait < 0:
 		return errors.New("--ack-wait must be positive")
 	}

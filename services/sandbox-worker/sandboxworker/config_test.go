@@ -41,7 +41,7 @@ func TestConfigFlags(t *testing.T) {
 	if c, _ = parseConfig(t, func(k string) string { return env[k] }); c.Sandbox.DataRoot != "/lib/agent" || !c.Sandbox.RequireCgroups {
 		t.Errorf("environment: %+v", c)
 	}
-	for _, bad := range [][]string{{"--memory-mb=x"}, {"--warm=-1"}, {"--concurrency=-2"}, {"--seccomp=maybe"}, {"--disk-inodes=0"}} {
+	for _, bad := range [][]string{{"--memory-mb=x"}, {"--warm=-1"}, {"--concurrency=-2"}, {"--seccomp=maybe"}, {"--disk-inodes=-1"}} {
 		if _, err := parseConfig(t, noEnv, bad...); err == nil {
 			t.Errorf("%v accepted", bad)
 		}
