@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/medgym/medgym/schemas"
@@ -44,6 +45,7 @@ type Sandbox struct {
 	done     chan struct{}
 	cgParent *cgroupParent
 	results  counts
+	replayed atomic.Int64
 	// quota sets the workspaces' project quotas; nil when diskQuota is
 	// not DiskQuotaProject.
 	quota     *projectQuota
@@ -354,6 +356,7 @@ func (s *Sandbox) catchUp(ctx context.Context, e *episode, req schemas.ActionReq
 	}
 	for i := e.applied; i < len(req.Replay); i++ {
 		r := s.action(ctx, req, req.Replay[i])
+		s.replayed.Add(1)
 		if r.Status == schemas.StatusSandboxError {
 			e.ready = false // the next request starts over
 			r.Message = fmt.Sprintf("workspace rebuild failed at replayed action %d: %s", i, r.Message)
