@@ -138,20 +138,22 @@ except OSError as e:
 			if used, err := diskUsage(ws); err != nil || used > l.DiskBytes {
 				t.Fatalf("workspace holds %d KiB (quota %d KiB): %v", used>>10, l.DiskBytes>>10, err)
 			}
-			r = exec1(t, s, code(ep, "import glob, os\nfor f in glob.glob('/work/fill*'): os.remove(f)\nopen('/work/again', 'wb').write(os.urandom(8 << 20))\nprint('clean')", 20))
+			// Generous timeouts: in the emulated VM a new episode's first
+			// run takes ~20 s to start.
+			r = exec1(t, s, code(ep, "import glob, os\nfor f in glob.glob('/work/fill*'): os.remove(f)\nopen('/work/again', 'wb').write(os.urandom(8 << 20))\nprint('clean')", 60))
 			if r.Status != schemas.StatusOK || strings.TrimSpace(r.Stdout) != "clean" {
 				t.Fatalf("writing again after deleting files: %+v", r)
 			}
 			// The code cannot move its files out of the project (bwrap runs
 			// it in a user namespace of its own, where the kernel refuses).
-			r = exec1(t, s, code(ep, escapeSrc, 20))
+			r = exec1(t, s, code(ep, escapeSrc, 60))
 			t.Logf("changing the project id from inside:\n%s", r.Stdout)
 			if r.Status != schemas.StatusOK || strings.Count(r.Stdout, "refused") != 2 || strings.Contains(r.Stdout, "projid 0 ") ||
 				!strings.Contains(r.Stdout, "/work projid") || !strings.Contains(r.Stdout, "inherit True") {
 				t.Fatalf("changing the workspace's project id from inside: %s %q", r.Status, r.Message)
 			}
 			// A second episode has a quota of its own.
-			r = exec1(t, s, code(newEpisode(), "import os\nopen('/work/x', 'wb').write(os.urandom(12 << 20))\nprint('ok')", 20))
+			r = exec1(t, s, code(newEpisode(), "import os\nopen('/work/x', 'wb').write(os.urandom(12 << 20))\nprint('ok')", 60))
 			if r.Status != schemas.StatusOK {
 				t.Fatalf("a second episode's write within its own quota: %+v", r)
 			}
