@@ -433,7 +433,10 @@ type ActionRequest struct {
 	Check        bool   `json:"check"`
 	VerifierMode string `json:"verifier_mode,omitempty"`
 	// Replay lists the earlier actions of the episode that touched the
-	// workspace, in order, so a worker that lacks the workspace rebuilds it.
+	// workspace (validate_code and terminal runs), in order: every one a
+	// sandbox ran appears in every later request's list. A worker that
+	// lacks the workspace rebuilds it from the list; one whose workspace
+	// holds the first n entries replays the rest (other workers ran them).
 	Replay []Action `json:"replay,omitempty"`
 	// OutputFiles are workspace-relative files to return after a
 	// validate_code run (copied from TaskView.OutputFiles).

@@ -386,7 +386,10 @@ func lastAnswer(turns []schemas.Turn) string {
 	return ""
 }
 
-// replayable lists earlier actions that may have changed the workspace.
+// replayable lists earlier actions that may have changed the workspace:
+// every validate_code and terminal run a sandbox executed (its observation
+// set the status), in order. A sandbox-worker counts on that: one whose
+// workspace holds the first n replays only the rest (ActionRequest.Replay).
 func replayable(turns []schemas.Turn) []schemas.Action {
 	var out []schemas.Action
 	for _, t := range turns {

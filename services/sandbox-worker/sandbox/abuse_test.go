@@ -111,6 +111,32 @@ while True:
 		}
 		healthy(t)
 	})
+	t.Run("inode flood", func(t *testing.T) {
+		// Empty files, symlinks (and directories, small ones) take no or
+		// few blocks: the byte quota never saw them (850k files in one
+		// episode before); the file count limit (Limits.DiskInodes, 1000
+		// here) stops them.
+		ep := newEpisode()
+		r := exec1(t, s, code(ep, inodeFloodSrc, 30))
+		u, err := walkUsage(s.workspacePath(ep), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s after %d ms, %d entries: %s", r.Status, r.DurationMS, u.entries, r.Message)
+		if s.diskQuota == DiskQuotaProject && s.cfg.Backend == BackendBwrap { // the kernel's inode limit
+			if r.Status != schemas.StatusError || !quotaHit(r.Stdout) || !strings.Contains(r.Message, "1000 files and directories") || u.entries >= 1000 {
+				t.Fatalf("inode flood: %s %q, %d entries", r.Status, r.Message, u.entries)
+			}
+		} else if r.Status != schemas.StatusKilled || !strings.Contains(r.Message, "limit of 1000 files and directories") || u.entries > 4*1000 {
+			t.Fatalf("inode flood: %s %q, %d entries", r.Status, r.Message, u.entries)
+		}
+		// Over the limit, the code may still delete files and go on.
+		r = exec1(t, s, term(ep, "find /work -mindepth 1 -delete; ls -A /work | wc -l", 30))
+		if r.Status != schemas.StatusOK || strings.TrimSpace(r.Stdout) != "0" {
+			t.Fatalf("cleaning up %d entries: %+v", u.entries, r)
+		}
+		healthy(t)
+	})
 	t.Run("network egress", func(t *testing.T) {
 		ln, err := net.Listen("tcp", "0.0.0.0:0")
 		if err != nil {
@@ -238,11 +264,13 @@ print("HITS", hits)
 	})
 	t.Run("shared memory bomb", func(t *testing.T) {
 		// Shared anonymous memory is not data: RLIMIT_DATA lets it through,
-		// and only the memory cgroup (or the container's) stops it.
+		// and only the memory cgroup (or the container's) stops it. One byte
+		// per page faults every page in with little CPU (an emulated VM ran
+		// into the CPU limit copying whole megabytes before the memory limit).
 		if s.cgParent == nil && s.cfg.Backend == BackendBwrap {
 			t.Skip("no cgroups here: rlimits alone cannot bound shared memory")
 		}
-		r := exec1(t, s, code(newEpisode(), "import mmap\nm = mmap.mmap(-1, 2 << 30)\nfor i in range(0, 2 << 30, 1 << 20):\n    m[i:i + (1 << 20)] = bytes(1 << 20)\nprint('filled')", 60))
+		r := exec1(t, s, code(newEpisode(), "import mmap\nm = mmap.mmap(-1, 2 << 30)\nfor i in range(0, 2 << 30, 4096):\n    m[i] = 1\nprint('filled')", 60))
 		if r.Status != schemas.StatusKilled || !strings.Contains(r.Message, "memory limit") {
 			t.Fatalf("2 GiB of shared memory: %+v", r)
 		}
@@ -709,3 +737,18 @@ print("data:", sorted(os.listdir("/data")), sorted(os.listdir("/data/toy")))
 		})
 	}
 }
+
+// inodeFloodSrc makes empty files, symlinks and empty directories until
+// something stops it.
+const inodeFloodSrc = `import os
+i = 0
+try:
+    while True:
+        open(f'/work/f{i}', 'w').close()
+        os.symlink('x', f'/work/l{i}')
+        os.mkdir(f'/work/d{i}')
+        i += 1
+except OSError as e:
+    print('made', i, 'of each, then:', e)
+    raise
+`

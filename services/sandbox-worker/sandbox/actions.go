@@ -107,15 +107,25 @@ func (s *Sandbox) action(ctx context.Context, req schemas.ActionRequest, a schem
 		return sandboxError(err)
 	}
 	spec.mounts = m
-	rctx, stop := watchDisk(ctx, spec.workspace, s.watchLimit(spec.workspace))
+	lim := s.watchLimit(spec.workspace)
+	rctx, stop := watchDisk(ctx, spec.workspace, lim)
 	out, err := s.run.run(rctx, spec)
 	stop()
-	if errors.Is(err, errDiskQuota) && ctx.Err() == nil {
-		used, _ := diskUsage(spec.workspace)
-		return schemas.ExecResult{Status: schemas.StatusKilled, ExitCode: -1, Signal: "SIGKILL",
-			DurationMS: out.duration.Milliseconds(),
-			Message: fmt.Sprintf("Process killed: the workspace grew past its disk quota of %d MiB (%d MiB used). Delete files to go on.",
-				s.cfg.Limits.DiskBytes>>20, used>>20)}
+	if (errors.Is(err, errDiskQuota) || errors.Is(err, errInodeQuota)) && ctx.Err() == nil {
+		r := schemas.ExecResult{Status: schemas.StatusKilled, ExitCode: -1, Signal: "SIGKILL", DurationMS: out.duration.Milliseconds()}
+		used, _ := walkUsage(spec.workspace, 2*lim.entries)
+		if errors.Is(err, errDiskQuota) {
+			r.Message = fmt.Sprintf("Process killed: the workspace grew past its disk quota of %d MiB (%d MiB used). Delete files to go on.",
+				s.cfg.Limits.DiskBytes>>20, used.bytes>>20)
+			return r
+		}
+		n := fmt.Sprint(used.entries)
+		if used.full {
+			n = fmt.Sprint("more than ", 2*lim.entries)
+		}
+		r.Message = fmt.Sprintf("Process killed: the workspace grew past its limit of %d files and directories (%s). Delete files to go on.",
+			lim.entries, n)
+		return r
 	}
 	if err != nil {
 		s.log.Error("sandbox: run failed", "episode", spec.episode, "action", a.Name, "err", err)
@@ -183,7 +193,8 @@ func (s *Sandbox) result(out runOutput, spec runSpec, code string) schemas.ExecR
 			r.Message += fmt.Sprintf("\nNote: the process limit (%d) was reached.", s.cfg.Limits.Pids)
 		}
 		if s.quota != nil && quotaHit(combined) {
-			r.Message += fmt.Sprintf("\nNote: the workspace (%s) is limited to %d MiB on disk. Delete files to go on.", WorkDir, s.cfg.Limits.DiskBytes>>20)
+			r.Message += fmt.Sprintf("\nNote: the workspace (%s) is limited to %d MiB on disk and %d files and directories. Delete files to go on.",
+				WorkDir, s.cfg.Limits.DiskBytes>>20, s.cfg.Limits.DiskInodes)
 		}
 		return r
 	}

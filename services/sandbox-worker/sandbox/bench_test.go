@@ -159,3 +159,57 @@ func poolHits(s *Sandbox) int64 {
 	}
 	return 0
 }
+
+// BenchmarkReplay measures what a worker pays to rebuild an episode's
+// workspace it lacks: the first action of an episode at turn k, whose
+// request lists k earlier code actions (each writes a file), per backend
+// and k (0 is the action alone). An op is that one request; the extra
+// cost over k=0 is k runs of the backend ("ms/replayed" reports it per
+// replayed action). Under round robin over N workers each turn replays the
+// N-1 turns the others ran; a replayed action that timed out the first time
+// takes its timeout again.
+func BenchmarkReplay(b *testing.B) {
+	names := []string{"warm", "cold"}
+	if os.Getenv("MEDGYM_DOCKER") == "1" {
+		names = append(names, "docker-pool")
+	}
+	for _, name := range names {
+		mk := backends()[name]
+		b.Run(name, func(b *testing.B) {
+			s := mk(b, Config{Warm: 2})
+			exec1(b, s, code(newEpisode(), "print(1)", 60)) // the pool fills, the page cache warms
+			var base time.Duration
+			for _, k := range []int{0, 1, 4, 16} {
+				b.Run(fmt.Sprintf("replayed=%d", k), func(b *testing.B) {
+					var total time.Duration
+					for b.Loop() {
+						b.StopTimer()
+						waitIdle(s, time.Minute)
+						ep := newEpisode()
+						r := code(ep, "import os\nprint(len(os.listdir('.')))", 60)
+						r.Ref.Turn = k
+						for i := range k {
+							r.Replay = append(r.Replay, code(ep, fmt.Sprintf("open('f%d', 'w').write('x')", i), 60).Action)
+						}
+						b.StartTimer()
+						begin := time.Now()
+						res := exec1(b, s, r)
+						total += time.Since(begin)
+						if res.Status != schemas.StatusOK || strings.TrimSpace(res.Stdout) != fmt.Sprint(k) {
+							b.Fatalf("got %+v", res)
+						}
+						b.StopTimer()
+						_ = s.Release(ep)
+						b.StartTimer()
+					}
+					mean := total / time.Duration(b.N)
+					if k == 0 {
+						base = mean
+					} else {
+						b.ReportMetric(float64(mean-base)/float64(k)/1e6, "ms/replayed")
+					}
+				})
+			}
+		})
+	}
+}

@@ -25,7 +25,8 @@ type Limits struct {
 	CPUSeconds    int           // CPU time (rlimit); exceeding it is reported as a timeout
 	CPUs          float64       // CPU quota (cgroup cfs quota), e.g. 1.0
 	FileSizeBytes int64         // largest file a run may write (rlimit fsize)
-	DiskBytes     int64         // workspace size: a project quota (EDQUOT past it) where WorkRoot's file system has them, else a run that grows it past this is killed; < 0: none
+	DiskBytes     int64         // workspace size: a project quota (EDQUOT past it) where WorkRoot's file system has them, else a run that grows it past this is killed; < 0: none (nor a file count limit)
+	DiskInodes    int64         // files, directories and links in the workspace: the project quota's inode limit, else a run that grows their number past this is killed
 	OutputBytes   int           // cap for stdout and for stderr, each
 	NoFile        int           // open files (rlimit nofile)
 	WallTimeout   time.Duration // used when ActionRequest.TimeoutSec is 0
@@ -40,6 +41,7 @@ func DefaultLimits() Limits {
 		CPUs:          1,
 		FileSizeBytes: 256 << 20,
 		DiskBytes:     1 << 30,
+		DiskInodes:    100_000,
 		OutputBytes:   256 << 10,
 		NoFile:        256,
 		WallTimeout:   120 * time.Second,
@@ -68,6 +70,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.DiskBytes == 0 {
 		l.DiskBytes = d.DiskBytes
+	}
+	if l.DiskInodes <= 0 {
+		l.DiskInodes = d.DiskInodes
 	}
 	if l.NoFile <= 0 {
 		l.NoFile = d.NoFile

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -166,19 +167,35 @@ func conformance(t *testing.T, mk constructor) {
 		}
 	})
 	t.Run("replay rebuilds the workspace", func(t *testing.T) {
-		ep := newEpisode()
-		p1, _ := json.Marshal(map[string]string{"code": "open('a.txt','w').write('1\\n')"})
-		p2, _ := json.Marshal(map[string]string{"cmd": "echo 2 >> a.txt"})
-		r := code(ep, "print(open('a.txt').read().split())", 20)
-		r.Replay = []schemas.Action{{Name: schemas.ActionValidateCode, Params: p1}, {Name: schemas.ActionTerminal, Params: p2}}
-		res := exec1(t, s, r)
-		if strings.TrimSpace(res.Stdout) != "['1', '2']" {
-			t.Fatalf("replay: %+v", res)
+		// The episode's workspace actions: turn 0 ran here, turn 1 on
+		// another worker, turn 2 comes here with both in Replay.
+		p0, _ := json.Marshal(map[string]string{"code": "open('a.txt','a').write('0\\n')"})
+		p1, _ := json.Marshal(map[string]string{"cmd": "echo 1 >> a.txt"})
+		p2, _ := json.Marshal(map[string]string{"code": "open('a.txt','a').write('2\\n')\nprint(open('a.txt').read().split())"})
+		acts := []schemas.Action{{Name: schemas.ActionValidateCode, Params: p0}, {Name: schemas.ActionTerminal, Params: p1},
+			{Name: schemas.ActionValidateCode, Params: p2}}
+		turn := func(ep string, k int, a schemas.Action) schemas.ActionRequest {
+			r := req(ep, a, 20)
+			r.Ref.Turn, r.Replay = k, slices.Clone(acts[:min(k, len(acts))])
+			return r
 		}
-		// A workspace that exists is not replayed again.
-		res = exec1(t, s, r)
-		if strings.TrimSpace(res.Stdout) != "['1', '2']" {
-			t.Fatalf("second call replayed again: %+v", res)
+		ep := newEpisode()
+		exec1(t, s, turn(ep, 0, acts[0]))
+		want := "['0', '1', '2']"
+		if res := exec1(t, s, turn(ep, 2, acts[2])); strings.TrimSpace(res.Stdout) != want {
+			t.Fatalf("a workspace that missed turn 1 did not replay it: %+v", res)
+		}
+		// A redelivery of turn 2 runs on the workspace as it was before it.
+		if res := exec1(t, s, turn(ep, 2, acts[2])); strings.TrimSpace(res.Stdout) != want {
+			t.Fatalf("redelivered turn 2: %+v", res)
+		}
+		look, _ := json.Marshal(map[string]string{"code": "print(open('a.txt').read().split())"})
+		if res := exec1(t, s, turn(ep, 3, schemas.Action{Name: schemas.ActionValidateCode, Params: look})); strings.TrimSpace(res.Stdout) != want {
+			t.Fatalf("turn 3 after the redelivery: %+v", res)
+		}
+		// A worker that never had the episode replays it from the start.
+		if res := exec1(t, s, turn(newEpisode(), 2, acts[2])); strings.TrimSpace(res.Stdout) != want {
+			t.Fatalf("replay from the start: %+v", res)
 		}
 	})
 	t.Run("timeout", func(t *testing.T) {

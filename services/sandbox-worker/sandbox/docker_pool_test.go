@@ -120,7 +120,7 @@ func lookFirstTurn(t *testing.T, s *Sandbox, ep string) {
 func firstTurn(t testing.TB, s *Sandbox, ep string) error {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	r, err := s.Execute(ctx, code(ep, look, 30))
+	r, err := s.Execute(ctx, numbered(code(ep, look, 30)))
 	if err != nil {
 		return err
 	}

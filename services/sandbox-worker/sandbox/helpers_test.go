@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -80,6 +81,7 @@ func testLimits() Limits {
 	l.FileSizeBytes = 16 << 20
 	l.OutputBytes = 64 << 10
 	l.DiskBytes = 64 << 20
+	l.DiskInodes = 1000
 	l.WallTimeout = 30 * time.Second
 	return l
 }
@@ -98,9 +100,25 @@ func term(ep, cmd string, timeout int) schemas.ActionRequest {
 	return req(ep, schemas.Action{Name: schemas.ActionTerminal, Params: p}, timeout)
 }
 
+// autoTurn in a request's turn asks exec1 for the episode's next turn, as
+// an episode's requests carry increasing turns (a request with the turn
+// the workspace last ran is a redelivery, see Sandbox.catchUp).
+const autoTurn = -1
+
+var turns sync.Map // episode id -> *atomic.Int64, the next turn
+
+// numbered gives r the next turn of its episode if it asks for one.
+func numbered(r schemas.ActionRequest) schemas.ActionRequest {
+	if r.Ref.Turn == autoTurn {
+		n, _ := turns.LoadOrStore(r.Ref.EpisodeID, new(atomic.Int64))
+		r.Ref.Turn = int(n.(*atomic.Int64).Add(1) - 1)
+	}
+	return r
+}
+
 func req(ep string, a schemas.Action, timeout int) schemas.ActionRequest {
 	return schemas.ActionRequest{
-		Ref:    schemas.EpisodeRef{RunID: "run", EpisodeID: ep, TaskID: "t1", Dataset: "test"},
+		Ref:    schemas.EpisodeRef{RunID: "run", EpisodeID: ep, TaskID: "t1", Dataset: "test", Turn: autoTurn},
 		Action: a, TimeoutSec: timeout,
 	}
 }
@@ -109,7 +127,7 @@ func exec1(t testing.TB, s *Sandbox, r schemas.ActionRequest) schemas.ExecResult
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	res, err := s.Execute(ctx, r)
+	res, err := s.Execute(ctx, numbered(r))
 	if err != nil {
 		t.Fatalf("execute: %v", err)
 	}

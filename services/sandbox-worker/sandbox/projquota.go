@@ -73,6 +73,7 @@ const (
 	qXGetqstat  = 'X'<<8 | 5
 	prjQuota    = 2
 	qifBlimits  = 1
+	qifIlimits  = 4
 	qifDQBlock  = 1024 // bytes in a dqblk block unit
 	pdqAcct     = 0x10 // FS_QUOTA_PDQ_ACCT: project usage is accounted
 	pdqEnforced = 0x20 // FS_QUOTA_PDQ_ENFD: project limits are enforced
@@ -110,8 +111,9 @@ func setFsxattr(f *os.File, a fsxattr) error {
 
 // projectQuota sets per-workspace project quotas on one file system.
 type projectQuota struct {
-	root  *os.File // WorkRoot, the handle for quotactl_fd
-	limit uint64   // hard block limit, in qifDQBlock units
+	root   *os.File // WorkRoot, the handle for quotactl_fd
+	limit  uint64   // hard block limit, in qifDQBlock units
+	inodes uint64   // hard inode limit
 }
 
 // newProjectQuota returns the project quota setter for the workspaces of
@@ -119,12 +121,12 @@ type projectQuota struct {
 // quotactl_fd, the file system does not account and enforce project
 // quotas, or the worker may not set them (it must be root in the initial
 // user namespace). It proves the whole path on a probe directory.
-func newProjectQuota(root string, limitBytes int64) (*projectQuota, error) {
+func newProjectQuota(root string, limitBytes, inodes int64) (*projectQuota, error) {
 	f, err := os.Open(root)
 	if err != nil {
 		return nil, err
 	}
-	q := &projectQuota{root: f, limit: uint64(max(limitBytes/qifDQBlock, 1))}
+	q := &projectQuota{root: f, limit: uint64(max(limitBytes/qifDQBlock, 1)), inodes: uint64(max(inodes, 1))}
 	if err := q.check(root); err != nil {
 		f.Close()
 		return nil, err
@@ -157,8 +159,8 @@ func (q *projectQuota) check(root string) error {
 	if err := quotactlFD(q.root.Fd(), qcmd(qGetquota, prjQuota), id, unsafe.Pointer(&d)); err != nil {
 		return fmt.Errorf("quotactl_fd(Q_GETQUOTA): %w", err)
 	}
-	if d.Bhardlimit != q.limit {
-		return fmt.Errorf("project %d: block limit %d KiB after setting %d KiB", id, d.Bhardlimit, q.limit)
+	if d.Bhardlimit != q.limit || d.Ihardlimit != q.inodes {
+		return fmt.Errorf("project %d: limits %d KiB, %d inodes after setting %d KiB, %d inodes", id, d.Bhardlimit, d.Ihardlimit, q.limit, q.inodes)
 	}
 	return nil
 }
@@ -187,7 +189,7 @@ func (q *projectQuota) bind(dir string) (uint32, error) {
 	if a.Projid == id && a.Xflags&fsXflagProjinherit != 0 {
 		return id, nil // the limit was set before the attribute
 	}
-	d := dqblk{Bhardlimit: q.limit, Valid: qifBlimits}
+	d := dqblk{Bhardlimit: q.limit, Ihardlimit: q.inodes, Valid: qifBlimits | qifIlimits}
 	if err := quotactlFD(q.root.Fd(), qcmd(qSetquota, prjQuota), id, unsafe.Pointer(&d)); err != nil {
 		return 0, fmt.Errorf("quotactl_fd(Q_SETQUOTA): %w", err)
 	}
@@ -206,35 +208,37 @@ func (s *Sandbox) setupDiskQuota() {
 		s.log.Info("sandbox: workspace disk quota off")
 		return
 	}
-	q, err := newProjectQuota(s.cfg.WorkRoot, s.cfg.Limits.DiskBytes)
+	q, err := newProjectQuota(s.cfg.WorkRoot, s.cfg.Limits.DiskBytes, s.cfg.Limits.DiskInodes)
 	if err != nil {
 		s.diskQuota = DiskQuotaWatcher
 		s.log.Info("sandbox: workspace disk quota by the watcher (no project quotas)", "work_root", s.cfg.WorkRoot, "reason", err)
 		return
 	}
 	s.quota, s.diskQuota = q, DiskQuotaProject
-	s.log.Info("sandbox: workspace disk quota by project quotas", "work_root", s.cfg.WorkRoot, "limit_mib", s.cfg.Limits.DiskBytes>>20)
+	s.log.Info("sandbox: workspace disk quota by project quotas", "work_root", s.cfg.WorkRoot, "limit_mib", s.cfg.Limits.DiskBytes>>20,
+		"limit_inodes", s.cfg.Limits.DiskInodes)
 }
 
 // watchLimit binds the workspace to its project quota and returns the
-// limit for the watcher: 0 (no watch) when the kernel enforces the quota.
+// limits for the watcher: none (zero) when the kernel enforces the quota.
 // A workspace the quota cannot bind is watched, as without project quotas.
 // So is every docker workspace: its code runs in the initial user
 // namespace, where the owner of a file may change its project id (bwrap's
 // runs are in a user namespace of their own, where the kernel refuses
 // that), and so could move its files out of the quota.
-func (s *Sandbox) watchLimit(workspace string) int64 {
+func (s *Sandbox) watchLimit(workspace string) quotaLimits {
+	lim := quotaLimits{bytes: s.cfg.Limits.DiskBytes, entries: s.cfg.Limits.DiskInodes}
 	if s.quota == nil {
-		return s.cfg.Limits.DiskBytes
+		return lim
 	}
 	if _, err := s.quota.bind(workspace); err != nil {
 		s.log.Warn("sandbox: workspace has no project quota; the watcher bounds it", "workspace", workspace, "err", err)
-		return s.cfg.Limits.DiskBytes
+		return lim
 	}
 	if s.cfg.Backend == BackendDocker {
-		return s.cfg.Limits.DiskBytes
+		return lim
 	}
-	return 0
+	return quotaLimits{}
 }
 
 // quotaHit reports whether output shows a write that the workspace's

@@ -33,6 +33,8 @@ func TestQuotaABI(t *testing.T) {
 		"QCMD(Q_SETQUOTA, PRJQUOTA)":  {uint64(qcmd(qSetquota, prjQuota)), 0x80000802},
 		"QCMD(Q_GETQUOTA, PRJQUOTA)":  {uint64(qcmd(qGetquota, prjQuota)), 0x80000702},
 		"QCMD(Q_XGETQSTAT, PRJQUOTA)": {uint64(qcmd(qXGetqstat, prjQuota)), 0x580502},
+		"QIF_BLIMITS":                 {qifBlimits, 1},
+		"QIF_ILIMITS":                 {qifIlimits, 4},
 	} {
 		if c[0] != c[1] {
 			t.Errorf("%s = %#x, want %#x", name, c[0], c[1])
@@ -71,7 +73,7 @@ func TestFsxattr(t *testing.T) {
 // watcher bounds the workspaces; a negative DiskBytes turns the bound off.
 func TestDiskQuotaMechanism(t *testing.T) {
 	s := newWith(0)(t, Config{})
-	if _, err := newProjectQuota(s.cfg.WorkRoot, 1<<20); err == nil {
+	if _, err := newProjectQuota(s.cfg.WorkRoot, 1<<20, 1000); err == nil {
 		t.Skip("the temp dir's file system has project quotas")
 	}
 	if st := s.Stats(); st.DiskQuota != DiskQuotaWatcher {
@@ -85,7 +87,7 @@ func TestDiskQuotaMechanism(t *testing.T) {
 }
 
 // TestProjectQuota runs the sandbox on a loop-mounted ext4 (and XFS) with
-// project quotas: a write past DiskBytes fails with EDQUOT (ENOSPC on XFS)
+// project quotas: a write past DiskBytes, or a file past DiskInodes, fails with EDQUOT (ENOSPC on XFS)
 // inside the sandbox (a
 // plain error result, nothing killed), the workspace stays within the
 // limit, and after deleting files the code can write again. The warm
@@ -136,22 +138,32 @@ except OSError as e:
 			if used, err := diskUsage(ws); err != nil || used > l.DiskBytes {
 				t.Fatalf("workspace holds %d KiB (quota %d KiB): %v", used>>10, l.DiskBytes>>10, err)
 			}
-			r = exec1(t, s, code(ep, "import glob, os\nfor f in glob.glob('/work/fill*'): os.remove(f)\nopen('/work/again', 'wb').write(os.urandom(8 << 20))\nprint('clean')", 20))
+			// Generous timeouts: in the emulated VM a new episode's first
+			// run takes ~20 s to start.
+			r = exec1(t, s, code(ep, "import glob, os\nfor f in glob.glob('/work/fill*'): os.remove(f)\nopen('/work/again', 'wb').write(os.urandom(8 << 20))\nprint('clean')", 60))
 			if r.Status != schemas.StatusOK || strings.TrimSpace(r.Stdout) != "clean" {
 				t.Fatalf("writing again after deleting files: %+v", r)
 			}
 			// The code cannot move its files out of the project (bwrap runs
 			// it in a user namespace of its own, where the kernel refuses).
-			r = exec1(t, s, code(ep, escapeSrc, 20))
+			r = exec1(t, s, code(ep, escapeSrc, 60))
 			t.Logf("changing the project id from inside:\n%s", r.Stdout)
 			if r.Status != schemas.StatusOK || strings.Count(r.Stdout, "refused") != 2 || strings.Contains(r.Stdout, "projid 0 ") ||
 				!strings.Contains(r.Stdout, "/work projid") || !strings.Contains(r.Stdout, "inherit True") {
 				t.Fatalf("changing the workspace's project id from inside: %s %q", r.Status, r.Message)
 			}
 			// A second episode has a quota of its own.
-			r = exec1(t, s, code(newEpisode(), "import os\nopen('/work/x', 'wb').write(os.urandom(12 << 20))\nprint('ok')", 20))
+			r = exec1(t, s, code(newEpisode(), "import os\nopen('/work/x', 'wb').write(os.urandom(12 << 20))\nprint('ok')", 60))
 			if r.Status != schemas.StatusOK {
 				t.Fatalf("a second episode's write within its own quota: %+v", r)
+			}
+			// Entries that take no blocks meet the project's inode limit
+			// (Limits.DiskInodes, 1000 in tests; the workspace itself is one).
+			ep = newEpisode()
+			r = exec1(t, s, code(ep, inodeFloodSrc, 30))
+			if u, err := walkUsage(s.workspacePath(ep), 0); err != nil || r.Status != schemas.StatusError || !quotaHit(r.Stdout) ||
+				!strings.Contains(r.Message, "1000 files and directories") || u.entries >= l.DiskInodes {
+				t.Fatalf("inode flood: %s %q, %+v %v", r.Status, r.Message, u, err)
 			}
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/medgym/medgym/schemas"
@@ -44,6 +45,7 @@ type Sandbox struct {
 	done     chan struct{}
 	cgParent *cgroupParent
 	results  counts
+	replayed atomic.Int64
 	// quota sets the workspaces' project quotas; nil when diskQuota is
 	// not DiskQuotaProject.
 	quota     *projectQuota
@@ -53,8 +55,15 @@ type Sandbox struct {
 type episode struct {
 	mu       sync.Mutex // serialises the episode's actions
 	lastUsed time.Time
-	ready    bool // workspace exists
+	ready    bool // workspace exists and holds the first applied actions
 	gone     bool // released; a new entry must be made
+	// applied is how many of the episode's workspace actions (the
+	// request's Replay list, then its own action) the workspace holds, in
+	// order; lastTurn is the turn of the last action run on it (-1: none).
+	// Another worker may have run the turns in between: a request replays
+	// Replay[applied:] before its own action.
+	applied  int
+	lastTurn int
 }
 
 // New checks the backend's prerequisites, prepares WorkRoot (removing what
@@ -289,30 +298,18 @@ func (s *Sandbox) Execute(ctx context.Context, req schemas.ActionRequest) (schem
 }
 
 func (s *Sandbox) executeLocked(ctx context.Context, e *episode, req schemas.ActionRequest) schemas.ExecResult {
-	if req.Action.Name == schemas.ActionRequestInfo {
+	switch req.Action.Name {
+	case schemas.ActionRequestInfo:
 		return s.requestInfo(req)
+	case schemas.ActionValidateCode, schemas.ActionTerminal:
+	default:
+		return s.action(ctx, req, req.Action) // refused; never touches the workspace
 	}
-	if !e.ready {
-		path := s.workspacePath(req.Ref.EpisodeID)
-		if _, err := os.Stat(path); err != nil {
-			m, err := s.mounts(req.Resources)
-			if err != nil {
-				return sandboxError(err)
-			}
-			if err := s.run.prepare(req.Ref.EpisodeID, path, m); err != nil {
-				return sandboxError(err)
-			}
-			for i, a := range req.Replay {
-				r := s.action(ctx, req, a)
-				if r.Status == schemas.StatusSandboxError {
-					r.Message = fmt.Sprintf("workspace rebuild failed at replayed action %d: %s", i, r.Message)
-					return r
-				}
-			}
-		}
-		e.ready = true
+	if r, ok := s.catchUp(ctx, e, req); !ok {
+		return r
 	}
 	r := s.action(ctx, req, req.Action)
+	e.applied, e.lastTurn = len(req.Replay)+1, req.Ref.Turn
 	if req.Action.Name == schemas.ActionValidateCode && r.Status == schemas.StatusOK && len(req.OutputFiles) > 0 {
 		var notes []string
 		r.Files, notes = readOutputFiles(s.workspacePath(req.Ref.EpisodeID), req.OutputFiles)
@@ -321,6 +318,53 @@ func (s *Sandbox) executeLocked(ctx context.Context, e *episode, req schemas.Act
 		}
 	}
 	return r
+}
+
+// catchUp brings the episode's workspace to the state right before req's
+// action: the episode's earlier workspace actions (req.Replay), all of them
+// and nothing else. A workspace this worker has never had is made and
+// replayed from the start; one that holds a prefix of them (other workers
+// ran the turns since) replays the missing suffix; one that already ran
+// the request's turn or a later one (a redelivery) is made again. A caller
+// that sends no Replay but increasing turns (one process driving a whole
+// episode) gets the workspace as it is. It returns false with the result
+// to report when that failed.
+func (s *Sandbox) catchUp(ctx context.Context, e *episode, req schemas.ActionRequest) (schemas.ExecResult, bool) {
+	id, path := req.Ref.EpisodeID, s.workspacePath(req.Ref.EpisodeID)
+	if e.ready && req.Ref.Turn <= e.lastTurn && e.applied > len(req.Replay) {
+		s.log.Info("sandbox: rebuilding a workspace that is ahead of the request (redelivered action)",
+			"episode", id, "turn", req.Ref.Turn, "last_turn", e.lastTurn, "applied", e.applied, "replay", len(req.Replay))
+		e.ready = false
+	}
+	if !e.ready {
+		if _, err := os.Lstat(path); err == nil {
+			// Left by an earlier failure or ahead of the request: its
+			// contents are not known to match any prefix.
+			s.run.release(id)
+			if err := os.RemoveAll(path); err != nil {
+				return sandboxError(fmt.Errorf("remove stale workspace: %w", err)), false
+			}
+		}
+		m, err := s.mounts(req.Resources)
+		if err != nil {
+			return sandboxError(err), false
+		}
+		if err := s.run.prepare(id, path, m); err != nil {
+			return sandboxError(err), false
+		}
+		e.ready, e.applied, e.lastTurn = true, 0, -1
+	}
+	for i := e.applied; i < len(req.Replay); i++ {
+		r := s.action(ctx, req, req.Replay[i])
+		s.replayed.Add(1)
+		if r.Status == schemas.StatusSandboxError {
+			e.ready = false // the next request starts over
+			r.Message = fmt.Sprintf("workspace rebuild failed at replayed action %d: %s", i, r.Message)
+			return r, false
+		}
+		e.applied = i + 1
+	}
+	return schemas.ExecResult{}, true
 }
 
 // Release removes the episode's workspace and stops any process of it.

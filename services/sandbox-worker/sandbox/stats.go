@@ -25,6 +25,10 @@ type Stats struct {
 	PoolReady            int
 	// Episodes is the number of live workspaces.
 	Episodes int
+	// Replayed counts earlier actions of episodes run again to bring a
+	// workspace up to date (ActionRequest.Replay): the cost of turns
+	// spreading over workers.
+	Replayed int64
 }
 
 // pooled is a runner with a pool of ready sandboxes.
@@ -75,7 +79,7 @@ func (c *counts) snapshot() map[string]int64 {
 // Stats returns a snapshot of the sandbox's configuration and counters.
 func (s *Sandbox) Stats() Stats {
 	st := Stats{Backend: s.cfg.Backend, Limits: "docker", Seccomp: !s.cfg.DisableSeccomp,
-		DiskQuota: s.diskQuota, Actions: s.results.snapshot()}
+		DiskQuota: s.diskQuota, Actions: s.results.snapshot(), Replayed: s.replayed.Load()}
 	if s.cfg.Backend == BackendBwrap {
 		st.Limits = "rlimits"
 		if s.cgParent != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/services/sandbox-worker/sandbox"
 )
 
 // RegisterFlags adds the sandbox-worker's flags (environment fallbacks:
@@ -33,6 +34,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
 	sb.Limits.MemoryBytes, sb.Limits.DiskBytes = 2048<<20, 1024<<20
 	fs.Var((*megabytes)(&sb.Limits.MemoryBytes), "memory-mb", "memory limit of one run")
 	fs.Var((*megabytes)(&sb.Limits.DiskBytes), "disk-mb", "workspace disk quota of one episode; a run that grows it past this is killed (-1: none)")
+	sb.Limits.DiskInodes = sandbox.DefaultLimits().DiskInodes
+	fs.Int64Var(&sb.Limits.DiskInodes, "disk-inodes", sb.Limits.DiskInodes, "files, directories and links in one episode's workspace (the project quota's inode limit; else a run that grows their number past this is killed)")
 	fs.IntVar(&c.Concurrency, "concurrency", 2, "actions at once")
 	fs.StringVar(&c.Worker, "name", host+"/sandbox-worker", "worker name recorded in observations")
 	fs.DurationVar(&c.AckWait, "ack-wait", 60*time.Second, "how long a message may go unacked (in-progress acks keep long work alive) before another process gets it")
@@ -52,6 +55,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--memory-mb: must be ≥ 1")
 	case sb.Limits.DiskBytes < -1:
 		return fmt.Errorf("--disk-mb: must be ≥ 0 (-1: none)")
+	case sb.Limits.DiskInodes < 0:
+		return fmt.Errorf("--disk-inodes %d: must be ≥ 1 (0: the default)", sb.Limits.DiskInodes)
 	case c.AckWait < 0:
 		return errors.New("--ack-wait must be positive")
 	}

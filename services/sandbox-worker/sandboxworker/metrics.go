@@ -10,8 +10,8 @@ import (
 
 // sandboxCollector exports a Sandbox's Stats on each scrape.
 type sandboxCollector struct {
-	sb                              *sandbox.Sandbox
-	info, actions, pool, ready, eps *prometheus.Desc
+	sb                                        *sandbox.Sandbox
+	info, actions, pool, ready, eps, replayed *prometheus.Desc
 }
 
 func newSandboxCollector(sb *sandbox.Sandbox) *sandboxCollector {
@@ -27,11 +27,13 @@ func newSandboxCollector(sb *sandbox.Sandbox) *sandboxCollector {
 			"Fork servers or containers started and ready for new episodes.", nil, nil),
 		eps: prometheus.NewDesc("medgym_sandbox_episodes",
 			"Episodes with a live workspace on this worker.", nil, nil),
+		replayed: prometheus.NewDesc("medgym_sandbox_replayed_actions_total",
+			"Earlier actions of episodes run again to bring this worker's workspace up to date (turns that other workers ran).", nil, nil),
 	}
 }
 
 func (c *sandboxCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.info, c.actions, c.pool, c.ready, c.eps} {
+	for _, d := range []*prometheus.Desc{c.info, c.actions, c.pool, c.ready, c.eps, c.replayed} {
 		ch <- d
 	}
 }
@@ -46,4 +48,5 @@ func (c *sandboxCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.pool, prometheus.CounterValue, float64(st.PoolMisses), "miss")
 	ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, float64(st.PoolReady))
 	ch <- prometheus.MustNewConstMetric(c.eps, prometheus.GaugeValue, float64(st.Episodes))
+	ch <- prometheus.MustNewConstMetric(c.replayed, prometheus.CounterValue, float64(st.Replayed))
 }

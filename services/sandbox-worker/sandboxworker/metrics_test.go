@@ -2,8 +2,6 @@ package sandboxworker
 
 import (
 	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -17,18 +15,7 @@ import (
 // TestSandboxMetrics: a scrape shows the sandbox's backend and limits and
 // its actions by status, as Execute returned them.
 func TestSandboxMetrics(t *testing.T) {
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("bwrap missing in CI")
-		}
-		t.Skip("bwrap not installed")
-	}
-	root := t.TempDir()
-	for _, d := range []string{filepath.Dir(root), root} {
-		if err := os.Chmod(d, 0o755); err != nil { // uid 65534 must reach the workspaces
-			t.Fatal(err)
-		}
-	}
+	root := sandboxRoot(t)
 	sb, err := sandbox.New(t.Context(), sandbox.Config{WorkRoot: filepath.Join(root, "work")}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -36,10 +23,18 @@ func TestSandboxMetrics(t *testing.T) {
 	defer sb.Close()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newSandboxCollector(sb))
+	var earlier []schemas.Action
 	for i, src := range []string{"print(1)", "raise SystemExit(2)", "print(3)"} {
 		p, _ := json.Marshal(map[string]string{"code": src})
+		a := schemas.Action{Name: schemas.ActionValidateCode, Params: p}
+		// The third episode's first request is its turn 2: it replays the
+		// two earlier actions (run on another worker).
 		req := schemas.ActionRequest{Ref: schemas.EpisodeRef{RunID: "r", EpisodeID: "ep-" + string(rune('a'+i)), TaskID: "t", Dataset: "d"},
-			Action: schemas.Action{Name: schemas.ActionValidateCode, Params: p}, TimeoutSec: 20}
+			Action: a, TimeoutSec: 20}
+		if i == 2 {
+			req.Ref.Turn, req.Replay = 2, earlier
+		}
+		earlier = append(earlier, a)
 		if _, err := sb.Execute(t.Context(), req); err != nil {
 			t.Fatal(err)
 		}
@@ -66,6 +61,9 @@ func TestSandboxMetrics(t *testing.T) {
 	}
 	if eps := got["medgym_sandbox_episodes"]; len(eps) != 1 || eps[0].GetGauge().GetValue() != 3 {
 		t.Fatalf("medgym_sandbox_episodes = %v, want 3", eps)
+	}
+	if r := got["medgym_sandbox_replayed_actions_total"]; len(r) != 1 || r[0].GetCounter().GetValue() != 2 {
+		t.Fatalf("medgym_sandbox_replayed_actions_total = %v, want 2", r)
 	}
 }
 
