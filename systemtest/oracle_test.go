@@ -111,9 +111,6 @@ func TestDefaultRuleGuessingScoresZeroRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if spec.Options.EndOn != schemas.EndOnAnswer || spec.Options.ShowVerdict {
-		t.Fatalf("medgym run's default options %+v", spec.Options)
-	}
 	if _, err := cli.RunSpec(ctx, spec, f, io.Discard); err != nil {
 		t.Fatal(err)
 	}
@@ -125,5 +122,8 @@ func TestDefaultRuleGuessingScoresZeroRun(t *testing.T) {
 		if tr.Accepted || strings.Contains(tr.Observation, "erifier") {
 			t.Fatalf("turn %d was checked or shown a verdict: %+v", tr.Index, tr)
 		}
+	}
+	if spec.Options.EndOn != schemas.EndOnAnswer || spec.Options.ShowVerdict {
+		t.Fatalf("medgym run's default options %+v", spec.Options)
 	}
 }

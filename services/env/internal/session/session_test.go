@@ -209,14 +209,27 @@ func TestDefaultGivesNoVerdict(t *testing.T) {
 func TestOptions(t *testing.T) {
 	t.Parallel()
 	n, on := 3, "answer"
-	o, p, run, err := Options{MaxTurns: &n, EndOn: &on, Model: "m"}.resolve("r", "external")
+	o, p, run, err := Options{MaxTurns: &n, EndOn: &on, Model: "m"}.resolve("r", "external", schemas.EndOnBoth)
 	if err != nil || o.MaxTurns != 3 || o.EndOn != "answer" || p.Model != "m" || p.Name != schemas.PolicyOpenAI || run != "r" {
 		t.Fatalf("resolve: %+v %+v %q %v", o, p, run, err)
 	}
 	bad := 0
 	for _, b := range []Options{{MaxTurns: &bad}, {Reward: "shaped"}, {RunID: "a.b"}, {EndOn: new(string)}} {
-		if _, _, _, err := b.resolve("r", "x"); !errors.Is(err, ErrInvalid) {
+		if _, _, _, err := b.resolve("r", "x", ""); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%+v: %v, want ErrInvalid", b, err)
+		}
+	}
+	// The server's default end_on (--end-on) applies to sessions that name
+	// none; compat upstream still takes upstream's rule whole.
+	up := schemas.CompatUpstream
+	for _, c := range []struct {
+		def  string
+		o    Options
+		want string
+	}{{"", Options{}, schemas.EndOnAnswer}, {schemas.EndOnBoth, Options{}, schemas.EndOnBoth},
+		{schemas.EndOnBoth, Options{EndOn: &on}, schemas.EndOnAnswer}, {schemas.EndOnBoth, Options{Compat: &up}, schemas.EndOnAccepted}} {
+		if o, _, _, err := c.o.resolve("r", "x", c.def); err != nil || o.EndOn != c.want {
+			t.Errorf("server default %q, options %+v: end_on %q (%v), want %q", c.def, c.o, o.EndOn, err, c.want)
 		}
 	}
 }
