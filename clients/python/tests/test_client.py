@@ -102,7 +102,7 @@ def test_a_retried_step_is_answered_once(server, reference):
 
 def test_no_retry_without_a_server(reference):
     c = medgym.Client(f"http://127.0.0.1:{_closed_port()}", max_retries=2, backoff=0.01)
-    with pytest.raises(medgym.ConnectionError) as e:
+    with pytest.raises(medgym.MedGymConnectionError) as e:
         c.tasks()
     assert "ConnectError" in str(e.value)
 

@@ -21,7 +21,8 @@ def test_registered_on_import():
     import sys
 
     code = ("import gymnasium, medgym; assert 'medgym/MedGym-v0' not in gymnasium.registry; "
-            "assert gymnasium.spec('medgym.gym:medgym/MedGym-v0').entry_point == 'medgym.gym:MedGymEnv'")
+            "env = gymnasium.make('medgym.gym:medgym/MedGym-v0', base_url='http://127.0.0.1:1', task_ids=['t']); "
+            "assert type(env.unwrapped).__name__ == 'MedGymEnv'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
