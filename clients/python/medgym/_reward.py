@@ -58,7 +58,7 @@ def compute_score(
     (the dataset carries a task reference, not the gold). The call ends the session (``DELETE``): a done episode
     answers its stored reward again; one verl cut short is ended as a scored episode (``turn_limit``, reward 0) and
     stored, not left to the reaper. A medgym row whose rollout never reached the environment (verl cut it before the
-    first reply was sent) has no session and scores 0. The server is ``base_url`` (verl's
+    first reply was sent) names no session and scores 0; its session, opened with no turn, is left to the reaper. The server is ``base_url`` (verl's
     ``custom_reward_function.reward_kwargs``) or $MEDGYM_URL; a row that is not medgym's is an error."""
     info = extra_info or {}
     sid = session_of(info)
