@@ -9,7 +9,11 @@ import (
 )
 
 // Version of the wire contract. Bump the minor on additive changes.
-const Version = "1.3"
+//
+// 1.4: the termination EndClosed; DefaultOptions' EndOn is EndOnAnswer
+// (before: EndOnBoth). EpisodeOptions.EndOn is always written, so a run
+// spec or request of an older version keeps the rule it was made with.
+const Version = "1.4"
 
 // AnswerType says how a task's answer is checked.
 type AnswerType string
@@ -126,6 +130,12 @@ const (
 	// EndAbandoned (since 1.3): the environment API's client went away or
 	// closed the session before the episode was done; scored abandoned.
 	EndAbandoned Termination = "abandoned"
+	// EndClosed (since 1.4): the environment API's client ended the
+	// episode before it was done (DELETE on the session: its own turn or
+	// length limit, the end of its rollout). Scored turn_limit with no
+	// answer graded (reward 0), and kept in exports like any scored
+	// episode; a reader of older rows never meets it.
+	EndClosed Termination = "closed"
 )
 
 // Policy names.
@@ -137,8 +147,8 @@ const (
 // End-of-episode rules (EpisodeOptions.EndOn).
 const (
 	EndOnAccepted = "accepted" // upstream: the first accepted code execution ends the episode
-	EndOnAnswer   = "answer"   // only an explicit {"action":"answer"} ends the episode
-	EndOnBoth     = "both"     // either ends it
+	EndOnAnswer   = "answer"   // only an explicit {"action":"answer"} ends the episode (the default)
+	EndOnBoth     = "both"     // either ends it (the default before 1.4)
 )
 
 // TaskView is what the agent may see of a task: never the ground truth, never
@@ -275,8 +285,16 @@ type EpisodeOptions struct {
 const CompatUpstream = "upstream"
 
 // DefaultOptions are medgym's defaults (upstream's 15 turns, 120 s actions).
+//
+// The episode ends only on an explicit answer (EndOnAnswer, since 1.4):
+// no code run is checked before the agent commits, so an observation never
+// says whether a printed value is the truth. Under EndOnAccepted or
+// EndOnBoth every checked code run is a correctness oracle (an episode
+// that keeps going tells the agent its value was wrong), which a policy
+// trained on the reward learns to exploit by printing candidates until
+// one ends the episode. Upstream's rule is UpstreamOptions.
 func DefaultOptions() EpisodeOptions {
-	return EpisodeOptions{MaxTurns: 15, EndOn: EndOnBoth, ActionTimeoutSec: 120, LoopGuard: "warn", VerifierMode: "strict"}
+	return EpisodeOptions{MaxTurns: 15, EndOn: EndOnAnswer, ActionTimeoutSec: 120, LoopGuard: "warn", VerifierMode: "strict"}
 }
 
 // Bounds of the timeouts: one day per action, a week per episode. Larger

@@ -33,8 +33,10 @@ done
 
 tmp=$(mktemp -d /tmp/medgym-adapters.XXXXXX)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# --end-on both: the adapters' tests play reference solutions that end on an accepted code run (clients/python/tests/
+# conftest.py LEGACY_RULE); medgym's default, end_on answer, is tested in the Go suite against the real server.
 bin/medgym env serve --addr "127.0.0.1:$port" --store "$tmp/store" --state "$tmp/state" \
-  --library "$MEDGYM_LIBRARY" --dataset medcalcbench >"$tmp/server.log" 2>&1 &
+  --library "$MEDGYM_LIBRARY" --dataset medcalcbench --end-on both >"$tmp/server.log" 2>&1 &
 server=$!
 cleanup() { kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT

@@ -31,7 +31,21 @@ func newTestFlagSet() *flag.FlagSet {
 	return fs
 }
 
+// baseFlags are the flags of the pipeline tests: medgym run's defaults
+// but end_on both. Those tests were written for episodes that end on the
+// first accepted code run (one turn for a reference solution); the default
+// rule, end_on answer, has its own tests (oracle_test.go), which start from
+// defaultFlags.
 func baseFlags(t *testing.T) *cli.RunFlags {
+	t.Helper()
+	f := defaultFlags(t)
+	f.EndOn = schemas.EndOnBoth
+	return f
+}
+
+// defaultFlags are medgym run's default flags, with the test's data, store
+// and state.
+func defaultFlags(t *testing.T) *cli.RunFlags {
 	t.Helper()
 	var f cli.RunFlags
 	fs := newTestFlagSet()

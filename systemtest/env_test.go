@@ -323,7 +323,7 @@ func TestEnvAPISameAsRun(t *testing.T) {
 	model := fakellm.New(fakellm.Config{Policy: fakellm.PolicyScript, Script: replies, Seed: 1, Model: "m"})
 	srv := httptest.NewServer(model)
 	defer srv.Close()
-	f := baseFlags(t)
+	f := defaultFlags(t) // medgym run's defaults, as the API's
 	f.Library = lib
 	f.Policy, f.LLMURL, f.Model, f.RunID = "openai", srv.URL+"/v1", "m", "same-run"
 	f.Datasets, f.Split, f.TaskIDs, f.MaxTurns = "eicu", "test", "eicu-canary-0", 6

@@ -56,6 +56,10 @@ func engine(p episode.Policy) *episode.Engine {
 	}
 }
 
+// endOnBoth is for tests of an episode that ends on its first accepted
+// code run (the default, end_on answer, needs an explicit answer).
+func endOnBoth(o *schemas.EpisodeOptions) { o.EndOn = schemas.EndOnBoth }
+
 func request(mut func(*schemas.EpisodeOptions)) schemas.EpisodeRequest {
 	opts := schemas.DefaultOptions()
 	opts.MaxTurns = 5
@@ -155,7 +159,7 @@ func checkTrajectory(t *testing.T, r schemas.EpisodeResult) {
 func TestParseFailureConsumesATurnAndKeepsRawText(t *testing.T) {
 	t.Parallel()
 	bad := `I'll run {"action": "validate_code", "params": {"code": `
-	st, sent := play(t, engine(script{bad, code("print(22.5)")}), request(nil), printed("22.5"))
+	st, sent := play(t, engine(script{bad, code("print(22.5)")}), request(endOnBoth), printed("22.5"))
 	r := st.Result
 	if r.Termination != schemas.EndAccepted || r.FinalAnswer != "22.5" || len(r.Turns) != 2 || len(sent) != 1 {
 		t.Fatalf("termination %s answer %q, %d turns, %d actions", r.Termination, r.FinalAnswer, len(r.Turns), len(sent))
@@ -315,7 +319,7 @@ func TestAnswerNeedsNoTaskPermission(t *testing.T) {
 
 func TestNotPermittedIsNeverExecutedNorReplayed(t *testing.T) {
 	t.Parallel()
-	req := request(nil)
+	req := request(endOnBoth)
 	req.Task.PermittedActions = []string{"validate_code"}
 	term := `{"action": "terminal", "params": {"cmd": "pip install x"}}`
 	st, sent := play(t, engine(script{term, code("print(22.5)")}), req, printed("22.5"))
@@ -403,7 +407,7 @@ func TestDebugAction(t *testing.T) {
 		if tt.debugger != nil {
 			e.Debugger = tt.debugger
 		}
-		st, sent := play(t, e, request(nil), printed("22.5"))
+		st, sent := play(t, e, request(endOnBoth), printed("22.5"))
 		r := st.Result
 		if r.Termination != schemas.EndAccepted || len(r.Turns) != 3 || len(sent) != 2 {
 			t.Fatalf("%s: termination %s, %d turns, %d actions", tt.name, r.Termination, len(r.Turns), len(sent))

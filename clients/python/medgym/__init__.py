@@ -1,29 +1,32 @@
 """medgym: the Python client of medgym's environment API (``medgym env serve``) and adapters for RL frameworks.
 
 - :class:`medgym.Client`, :class:`medgym.AsyncClient`: the HTTP API (services/env/openapi.json).
-- :mod:`medgym.gym`: ``MedGymEnv``, registered here as ``medgym/MedGym-v0`` when gymnasium is installed.
+- :mod:`medgym.gym`: ``MedGymEnv``, registered as ``medgym/MedGym-v0`` when :mod:`medgym.gym` is imported (or named
+  in the id: ``gymnasium.make("medgym.gym:medgym/MedGym-v0")``).
 - :mod:`medgym.trl`: the environment for TRL's ``GRPOTrainer(environment_factory=...)``.
 - :mod:`medgym.skyrl` (SkyRL-gym ``BaseTextEnv``), :mod:`medgym.verifiers_env` (verifiers ``MultiTurnEnv``;
   :func:`load_environment` here is its entry point), :mod:`medgym.verl` (verl ``BaseInteraction``) and
   ``medgym/openrlhf.py`` (OpenRLHF's agent file): each imports its framework only when imported itself.
 
+Importing :mod:`medgym` imports httpx and nothing else: no framework, no registration (each adapter registers what
+it registers when it is imported itself).
+
 Ground truth never reaches the client: the server parses the model's replies with medgym's own parser, runs code in
 medgym's sandbox, scores with medgym's verifier and stores every episode like any other run.
 """
 
+from ._version import __version__
 from .client import AsyncClient, AsyncSession, Client, Session, StepResult
 from .errors import (
     AuthenticationError,
     BadRequestError,
     ConflictError,
-    ConnectionError,
+    MedGymConnectionError,
     MedGymError,
     NotFoundError,
     RateLimitError,
     ServerError,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient",
@@ -32,27 +35,23 @@ __all__ = [
     "BadRequestError",
     "Client",
     "ConflictError",
-    "ConnectionError",
+    "MedGymConnectionError",
     "MedGymError",
     "NotFoundError",
     "RateLimitError",
     "ServerError",
     "Session",
     "StepResult",
+    "__version__",
 ]
 
 
-def _register_gym() -> None:
-    try:
-        import gymnasium  # noqa: F401
-    except ImportError:  # the client works without gymnasium; only the Gymnasium adapter needs it
-        return
-    from .gym import register_envs
+def __getattr__(name: str):
+    if name == "ConnectionError":  # the old name, which shadowed the builtin in `from medgym import *`
+        from . import errors
 
-    register_envs()
-
-
-_register_gym()
+        return errors.__getattr__(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_environment(**kwargs):

@@ -7,8 +7,24 @@ import json
 import os
 from typing import Any, Mapping
 
-# The session options the API takes (services/env/openapi.json, Options); anything else in a config is not sent.
-OPTION_KEYS = ("max_turns", "end_on", "verifier_mode", "show_verdict", "loop_guard", "seed", "run_id", "tags", "reward")
+# The session options the API takes: every property of services/env/openapi.json's Options schema, in its order
+# (tests/test_adapters_common.py fails when the two drift); anything else in a config is not sent.
+OPTION_KEYS = (
+    "max_turns",
+    "end_on",
+    "verifier_mode",
+    "show_verdict",
+    "loop_guard",
+    "action_timeout_sec",
+    "episode_timeout_sec",
+    "compat",
+    "seed",
+    "temperature",
+    "model",
+    "run_id",
+    "tags",
+    "reward",
+)
 
 URL_ENV = "MEDGYM_URL"
 TOKEN_ENV = "MEDGYM_TOKEN"

@@ -231,8 +231,8 @@ class _Protocol:
             return delay
         return None
 
-    def _wrap_transport(self, req: _Request, exc: httpx.TransportError) -> errors.ConnectionError:
-        return errors.ConnectionError(
+    def _wrap_transport(self, req: _Request, exc: httpx.TransportError) -> errors.MedGymConnectionError:
+        return errors.MedGymConnectionError(
             f"{type(exc).__name__}: {exc}", method=req.method, url=f"{self.base_url}{req.path}"
         )
 

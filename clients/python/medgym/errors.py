@@ -62,8 +62,22 @@ class ServerError(MedGymError):
     """5xx: the server failed; a step is retried with the same turn (the server answers it once)."""
 
 
-class ConnectionError(MedGymError):  # noqa: A001 (shadows the builtin inside this module only)
+class MedGymConnectionError(MedGymError):
     """The request did not get an answer (connection refused, reset, timed out)."""
+
+
+def __getattr__(name: str) -> Any:
+    # The old name of MedGymConnectionError, which shadowed the builtin ConnectionError wherever it was imported.
+    if name == "ConnectionError":
+        import warnings
+
+        warnings.warn(
+            "medgym.ConnectionError is deprecated (it shadows the builtin ConnectionError): use medgym.MedGymConnectionError",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return MedGymConnectionError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _BY_STATUS: dict[int, type[MedGymError]] = {

@@ -1,7 +1,8 @@
-"""Gymnasium adapter: :class:`MedGymEnv`, registered on ``import medgym`` as ``medgym/MedGym-v0``.
+"""Gymnasium adapter: :class:`MedGymEnv`, registered as ``medgym/MedGym-v0`` when this module is imported (``import
+medgym`` alone registers nothing); an id with the module in front imports it for you.
 
-    import gymnasium, medgym
-    env = gymnasium.make("medgym/MedGym-v0", base_url="http://127.0.0.1:8700", dataset="medcalcbench", split="test")
+    import gymnasium
+    env = gymnasium.make("medgym.gym:medgym/MedGym-v0", base_url="http://127.0.0.1:8700", dataset="medcalcbench", split="test")
     obs, info = env.reset(seed=0)          # obs: the task's user message; info["messages"]: the whole prompt
     obs, reward, terminated, truncated, info = env.step('{"action": "validate_code", "params": {"code": "..."}}')
 
@@ -158,5 +159,7 @@ def register_envs() -> None:
     if ENV_ID not in gymnasium.registry:
         gymnasium.register(id=ENV_ID, entry_point="medgym.gym:MedGymEnv")
 
+
+register_envs()
 
 __all__ = ["MedGymEnv", "ENV_ID", "CHARSET", "register_envs"]

@@ -11,11 +11,15 @@ $MEDGYM_OPTIONS as a JSON object): OpenRLHF constructs the instance without argu
 ``step`` sends the model's raw text (the server parses it with medgym's parser) and returns the observation wrapped
 in the chat template's user turn ($MEDGYM_FEEDBACK_TEMPLATE, default ChatML, ``{observation}`` replaced), the reward
 (0 until done, then the verifier's) as ``rewards`` and ``scores`` tensors, ``done``, and the step's info as
-``extra_logs`` (numbers only). An instance dropped before done leaves its session to the server's reaper.
+``extra_logs`` (numbers only). OpenRLHF's loop stops without telling the instance when its token budget
+(``max_length``) runs out; :class:`AgentExecutor` then ends the session (``DELETE``), so the episode is scored
+(``turn_limit``, reward 0) and stored like any, never left to the server's reaper (which stores what it reaps as
+``abandoned``, excluded from exports: a group would lose exactly its failures).
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 from typing import Any
 
@@ -29,6 +33,10 @@ FEEDBACK_ENV = "MEDGYM_FEEDBACK_TEMPLATE"
 # ChatML (Qwen and most instruct models): close the assistant turn, the observation as a user turn, open the next.
 CHATML_FEEDBACK = "<|im_end|>\n<|im_start|>user\n{observation}<|im_end|>\n<|im_start|>assistant\n"
 
+# The instances an AgentExecutor.execute call made (OpenRLHF makes one per prompt inside execute, which it runs as
+# its own task, so each call sees its own list).
+_made: contextvars.ContextVar[list["AgentInstance"] | None] = contextvars.ContextVar("medgym_openrlhf_made", default=None)
+
 
 class AgentInstance(AgentInstanceBase):
     """One medgym episode in OpenRLHF's agent mode."""
@@ -38,6 +46,17 @@ class AgentInstance(AgentInstanceBase):
         self.options = _adapt.options()
         self.template = os.environ.get(FEEDBACK_ENV) or CHATML_FEEDBACK
         self.session: AsyncSession | None = None
+        made = _made.get()
+        if made is not None:
+            made.append(self)
+
+    async def finish(self) -> None:
+        """End the rollout: a session not done is ended on the server (scored and stored); the client is closed."""
+        try:
+            if self.session is not None and not self.session.done and self.session.closed is None:
+                await self.session.close()
+        finally:
+            await self.client.aclose()
 
     async def reset(self, states: dict, **kwargs: Any) -> dict:
         self.session = await self.client.session(_adapt.ref_task_id(str(states["label"])), **self.options)
@@ -51,8 +70,6 @@ class AgentInstance(AgentInstanceBase):
         feedback = "" if done else self.template.replace("{observation}", res.observation)
         logs = {k: float(v) for k, v in res.info.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         logs["accepted"] = float(bool(res.info.get("accepted")))
-        if done:
-            await self.client.aclose()
         return {
             "rewards": torch.tensor(res.reward),
             "scores": torch.tensor(res.reward),
@@ -68,3 +85,15 @@ class AgentExecutor(MultiTurnAgentExecutor):
 
     def __init__(self) -> None:
         super().__init__(AgentInstance)
+
+    async def execute(self, *args: Any, **kwargs: Any) -> dict:
+        """OpenRLHF's rollout of one prompt; afterwards its instance's session is ended whether or not OpenRLHF's loop
+        reached done (a loop cut by its token budget never calls the instance again)."""
+        made: list[AgentInstance] = []
+        token = _made.set(made)
+        try:
+            return await super().execute(*args, **kwargs)
+        finally:
+            _made.reset(token)
+            for inst in made:
+                await inst.finish()

@@ -56,7 +56,12 @@ class MedGymEnv(vf.MultiTurnEnv):
     def __init__(self, base_url: str, *, token: str | None = None, options: dict[str, Any] | None = None, **kwargs: Any):
         self.medgym_options = _adapt.options(options)
         self.medgym_url, self.medgym_token = base_url, token
-        kwargs.setdefault("max_turns", int(self.medgym_options.get("max_turns", 15)))
+        # One limit for both: medgym's max_turns (else verifiers' max_turns, else 15). verifiers stops a rollout once
+        # its trajectory holds max_turns replies, before env_response sees the last one, so its limit is one more:
+        # the last reply still runs on the server, whose turn limit ends (and grades) the episode.
+        turns = self.medgym_options.get("max_turns") or (kwargs.get("max_turns") if (kwargs.get("max_turns") or 0) > 0 else 15)
+        self.medgym_options["max_turns"] = int(turns)
+        kwargs["max_turns"] = int(turns) + 1
         kwargs.setdefault("rubric", rubric())
         super().__init__(**kwargs)
         self._client: AsyncClient | None = None

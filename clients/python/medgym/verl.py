@@ -19,8 +19,24 @@ the interaction config names this class::
 ``start_interaction`` opens a session, ``generate_response`` sends the last assistant message (raw: the server parses
 it with medgym's parser) and returns the observation as the next user turn, the reward (0 until done, then the
 verifier's) and whether the episode is over; ``calculate_score`` is the reward so far; ``finalize_interaction`` ends a
-session the loop left before done (verl 0.7.1's loop does not call it: such a session is reaped by the server and
-stored as ``abandoned``). The row's prompt must be the session's prompt: export with the options the sessions use.
+session the loop left before done. The row's prompt must be the session's prompt: export with the options the sessions
+use.
+
+The reward: verl scores a rollout with its reward function, not with the interaction's turn rewards. medgym's is
+:func:`compute_score`; name it in the trainer's config::
+
+    reward.custom_reward_function.path=pkg://medgym.verl reward.custom_reward_function.name=compute_score
+
+It reads the episode's reward as the server stored it (the verifier's score), through the session the rollout played:
+every turn reward the interaction returns is a :class:`TurnScore`, a float that carries its session id, and verl hands
+the rollout's turn rewards to the reward function in ``extra_info["turn_scores"]``. The dataset row's
+``reward_model.ground_truth`` is only a task reference (``medgym://dataset/split/id``): the gold never leaves the
+verifier. :func:`compute_score` is also the end of the rollout: verl 0.7.1 never calls ``finalize_interaction``, so a
+rollout verl cut short (its ``max_assistant_turns`` or response length) leaves its session open, and
+:func:`compute_score` ends it (``DELETE``): a scored episode (``turn_limit``, reward 0, kept in exports), never left to
+the reaper, which stores what it reaps as ``abandoned`` (excluded from exports, so a GRPO group would lose exactly its
+failures). Set the session's ``max_turns`` below verl's ``max_assistant_turns`` so that medgym's own turn limit, which
+grades the last printed answer, ends an episode before verl cuts it.
 """
 
 from __future__ import annotations
@@ -31,7 +47,10 @@ from uuid import uuid4
 from verl.interactions.base import BaseInteraction
 
 from . import _adapt
+from ._reward import TurnScore, compute_score
 from .client import AsyncClient, AsyncSession
+
+__all__ = ["MedGymInteraction", "TurnScore", "compute_score"]
 
 
 class MedGymInteraction(BaseInteraction):
@@ -59,7 +78,7 @@ class MedGymInteraction(BaseInteraction):
             raise ValueError("medgym: generate_response without an assistant message")
         res = await sess.step(str(reply.get("content") or ""))
         done = res.done or res.truncated
-        return done, res.observation, res.reward, dict(res.info)
+        return done, res.observation, TurnScore(res.reward, sess.id), dict(res.info)
 
     async def calculate_score(self, instance_id: str, **kwargs: Any) -> float:
         return float(sum(self._session(instance_id).rewards))

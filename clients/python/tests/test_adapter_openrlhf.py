@@ -108,3 +108,33 @@ def test_openrlhf_feedback_is_a_user_turn(medgym_server, monkeypatch):
     assert not out["done"] and float(out["rewards"]) == 0.0
     fb = out["environment_feedback"]
     assert fb.startswith("<|im_end|>\n<|im_start|>user\n") and fb.endswith("<|im_start|>assistant\n") and len(fb) > 60
+
+
+class Unparseable(ModelEngine):
+    """A model whose replies never parse: the episode never ends by itself."""
+
+    async def generate(self, token_ids, sampling_params, multi_modal_data=None):
+        self.calls += 1
+        ids = self.tokenizer("not an action", add_special_tokens=False)["input_ids"]
+        return SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids, text="not an action", finish_reason="stop", logprobs=None)])
+
+
+def test_openrlhf_budget_cut_is_scored_and_stored(medgym_server, monkeypatch):
+    # OpenRLHF's loop stops when its token budget (max_length) runs out, without telling the instance; the executor
+    # then ends the session, so the episode is stored scored (turn_limit, closed), not left to the reaper (abandoned).
+    import time
+
+    url, store = medgym_server
+    rid = f"openrlhf-cut-{time.time_ns()}"
+    monkeypatch.setenv("MEDGYM_URL", url)
+    monkeypatch.setenv("MEDGYM_OPTIONS", f'{{"max_turns": 10, "run_id": "{rid}"}}')
+    tok = _tokenizer()
+    executor = _load_agent_file()
+    engine = Unparseable(tok, "")
+    prompt = "<|im_start|>user\nWhat is 6 times 7?<|im_end|>\n<|im_start|>assistant\n"
+    budget = len(tok(prompt, add_special_tokens=False)["input_ids"]) + 40  # one reply, then no room for the feedback
+    res = asyncio.run(executor.execute(prompt, "medgym://medcalcbench/test/medcalcbench-3", SimpleNamespace(max_tokens=None, logprobs=None),
+                                       budget, tok, engine))
+    assert engine.calls == 1 and res["reward"] == 0.0
+    rows = wait_rows(store, rid, 1)
+    assert len(rows) == 1 and (rows[0]["outcome"], rows[0]["termination"], rows[0]["reward"]) == ("turn_limit", "closed", 0.0)

@@ -14,7 +14,10 @@ def test_verifiers_rollouts_score_with_medgym_rubric(medgym_server, fake_model, 
     env = vf.load_environment("medgym", base_url=url, prompts=str(prompts), options={"max_turns": 5})
     from medgym.verifiers_env import MedGymEnv
 
-    assert isinstance(env, MedGymEnv) and isinstance(env, vf.MultiTurnEnv) and env.max_turns == 5
+    # verifiers stops once a rollout holds max_turns replies, before env_response sees the last: one more, so the
+    # server's turn limit (5) ends the episode
+    assert isinstance(env, MedGymEnv) and isinstance(env, vf.MultiTurnEnv) and env.max_turns == 6
+    assert env.medgym_options["max_turns"] == 5
     client = vf.ClientConfig(api_base_url=fake_model, api_key_var="MEDGYM_TEST_MODEL_KEY")
     res = env.evaluate_sync(client=client, model="medgym-fake", num_examples=2, rollouts_per_example=1)
     outs = res["outputs"]
@@ -29,16 +32,30 @@ def test_verifiers_rollouts_score_with_medgym_rubric(medgym_server, fake_model, 
         assert out["completion"][0]["role"] == "assistant"
 
 
+def test_verifiers_last_turn_runs(medgym_server, fake_model, monkeypatch):
+    # One turn each: verifiers' own rollout loop sends the model's only reply (the reference solution) to the server,
+    # whose episode ends on it. Before, verifiers' limit equalled medgym's and its loop stopped before env_response
+    # saw the last reply: the reply never ran and the closed session scored 0.
+    url, _ = medgym_server
+    monkeypatch.setenv("MEDGYM_TEST_MODEL_KEY", "unused")
+    env = vf.load_environment("medgym", base_url=url, num_examples=1, dataset="medcalcbench", split="test",
+                              options={"max_turns": 1})
+    assert (env.max_turns, env.medgym_options["max_turns"]) == (2, 1)
+    client = vf.ClientConfig(api_base_url=fake_model, api_key_var="MEDGYM_TEST_MODEL_KEY")
+    out = env.evaluate_sync(client=client, model="medgym-fake", num_examples=1, rollouts_per_example=1)["outputs"][0]
+    assert out["reward"] == 1.0 and out["metrics"]["medgym_success"] == 1.0, out
+
+
 def test_verifiers_unfinished_rollout_is_closed_and_stored(medgym_server, tmp_path, monkeypatch):
-    # A rollout that stops before medgym's episode ends (here: verifiers' turn limit of 1 after an unparseable
-    # reply): the cleanup hook closes the session, so the episode is scored (0: no answer) and stored, and the
+    # A rollout that stops before medgym's episode ends (an error, a timeout): the cleanup hook closes the session,
+    # so the episode is scored (turn_limit, 0: closed by the client) and stored, not reaped as abandoned, and the
     # rubric's reward is 0. The hooks are called as verifiers' rollout calls them.
     import asyncio
 
     url, store = medgym_server
     env = vf.load_environment("medgym", base_url=url, num_examples=1, dataset="medcalcbench", split="test",
-                              max_turns=1)
-    assert env.max_turns == 1
+                              max_turns=3)
+    assert (env.max_turns, env.medgym_options["max_turns"]) == (4, 3)  # verifiers' limit given alone is medgym's too
     row = env.get_eval_dataset(n=1)[0]
 
     async def play():
@@ -50,6 +67,6 @@ def test_verifiers_unfinished_rollout_is_closed_and_stored(medgym_server, tmp_pa
         return state, sess
 
     state, sess = asyncio.run(play())
-    assert sess.closed is not None and state["medgym"]["reward"] == 0.0
+    assert sess.closed is not None and state["medgym"]["reward"] == 0.0 and state["medgym"]["outcome"] == "turn_limit"
     rows = [r for r in wait_rows(store, sess.created["run_id"], 1) if r["episode_id"] == sess.created["episode_id"]]
-    assert len(rows) == 1
+    assert len(rows) == 1 and rows[0]["termination"] == "closed"

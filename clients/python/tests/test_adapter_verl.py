@@ -68,10 +68,49 @@ async def _plays_exported_rows(medgym_server, fake_model, tmp_path):
             messages.append({"role": "user", "content": text})
         assert meta["outcome"] == "correct" and scores[-1] == 1.0
         assert await interaction.calculate_score(request_id) == 1.0
+        # verl's reward function, loaded by verl's own loader as the README's command names it, reads the stored
+        # reward through the session the turn scores name (what verl passes it in extra_info), never a gold answer
+        extra = {**item.get("extra_info", {}), "interaction_kwargs": kwargs, "turn_scores": scores}
+        assert reward_fn(url)(data_source="medgym/medcalcbench", solution_str="", ground_truth=f"medgym://medcalcbench/test/{kwargs['task_id']}",
+                              extra_info=extra) == 1.0
         run_id, episode_id = sess.created["run_id"], sess.created["episode_id"]
         await interaction.finalize_interaction(request_id)
         stored = [r for r in wait_rows(store, run_id, 1) if r["episode_id"] == episode_id]
         assert len(stored) == 1 and stored[0]["task_id"] == kwargs["task_id"] and stored[0]["reward"] == 1.0
+
+
+def reward_fn(url):
+    """medgym.verl.compute_score as verl 0.7.1's trainer loads it (reward.custom_reward_function)."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    cfg = OmegaConf.create({"reward": {"custom_reward_function": {"path": "pkg://medgym.verl", "name": "compute_score",
+                                                                  "reward_kwargs": {"base_url": url}}}})
+    return get_custom_reward_fn(cfg)
+
+
+def test_verl_cut_rollout_is_scored_by_the_reward_function(medgym_server):
+    asyncio.run(_cut_rollout_is_scored(medgym_server))
+
+
+async def _cut_rollout_is_scored(medgym_server):
+    # verl 0.7.1's loop cuts a rollout (max_assistant_turns, response length) without calling the interaction again
+    # or finalize_interaction; the reward function is the rollout's end: it ends the session as a scored episode
+    # (turn_limit, reward 0, stored), so it is not reaped as abandoned and left out of the group.
+    url, store = medgym_server
+    from medgym.verl import MedGymInteraction
+
+    interaction = MedGymInteraction({"name": "medgym", "base_url": url})
+    kwargs = {"name": "medgym", "task_id": "medcalcbench-2"}
+    rid = await interaction.start_interaction(None, **kwargs)
+    done, _, score, _ = await interaction.generate_response(rid, [{"role": "assistant", "content": "no action here"}])
+    assert not done and score == 0 and score.session_id == interaction.sessions[rid].id
+    sess = interaction.sessions[rid]
+    extra = {"interaction_kwargs": kwargs, "turn_scores": [score]}
+    assert reward_fn(url)(data_source="medgym/medcalcbench", solution_str="no action here",
+                          ground_truth="medgym://medcalcbench/test/medcalcbench-2", extra_info=extra) == 0.0
+    stored = [r for r in wait_rows(store, sess.created["run_id"], 1) if r["episode_id"] == sess.created["episode_id"]]
+    assert len(stored) == 1 and stored[0]["outcome"] == "turn_limit" and stored[0]["termination"] == "closed"
 
 
 def test_verl_finalize_stores_an_unfinished_episode(medgym_server):

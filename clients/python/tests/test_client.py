@@ -102,7 +102,7 @@ def test_a_retried_step_is_answered_once(server, reference):
 
 def test_no_retry_without_a_server(reference):
     c = medgym.Client(f"http://127.0.0.1:{_closed_port()}", max_retries=2, backoff=0.01)
-    with pytest.raises(medgym.ConnectionError) as e:
+    with pytest.raises(medgym.MedGymConnectionError) as e:
         c.tasks()
     assert "ConnectError" in str(e.value)
 
@@ -231,3 +231,43 @@ def test_prompt_opens_no_session(server, client, reference):
     assert server.rows(rid) == [] and server.rows("prompts") == []
     doc = client.openapi()
     assert "/v1/tasks/{task_id}/prompt" in doc["paths"]
+
+
+def test_close_scores_an_unfinished_episode(server, client, reference):
+    """A session the client ends before done (DELETE: its own turn limit, the end of its rollout) is a scored episode:
+    turn_limit, reward 0, truncated, stored with termination closed and kept with the run's rows; only the reaper
+    stores an episode as abandoned (a client that vanished)."""
+    rid = run_id("close")
+    s = client.session(reference[0]["task_id"], dataset=DATASET, split=SPLIT, run_id=rid)
+    r = s.step("not an action")
+    assert not r.done and r.info["parse_error"]
+    closed = s.close()
+    assert closed["done"] and (closed["outcome"], closed["reward"]) == ("turn_limit", 0.0)
+    assert s.close() is closed  # once
+    rows = server.rows(rid)
+    assert len(rows) == 1 and (rows[0]["outcome"], rows[0]["termination"], rows[0]["reward"]) == ("turn_limit", "closed", 0.0)
+
+
+def test_verl_reward_function_reads_the_stored_reward(server, client, reference):
+    """medgym.verl's compute_score (here without verl: medgym._reward, which medgym.verl exports) finds the episode
+    through the session its turn scores name and answers the reward the server stored; a rollout cut short is ended
+    there and then (scored 0 and stored, closed). The dataset's ground truth is a task reference it never reads."""
+    from medgym._reward import TurnScore, compute_score
+
+    rid = run_id("verl-reward")
+    row = reference[0]
+    ref = f"medgym://{DATASET}/{SPLIT}/{row['task_id']}"
+    s = client.session(row["task_id"], dataset=DATASET, split=SPLIT, run_id=rid)
+    r = s.step(json.dumps(reference_action(row)))
+    assert r.done and r.reward == 1.0
+    extra = {"interaction_kwargs": {"name": "medgym", "task_id": row["task_id"]}, "turn_scores": [TurnScore(r.reward, s.id)]}
+    assert compute_score("medgym/treqs", "", ref, extra, base_url=server.url) == 1.0
+    assert compute_score("medgym/treqs", "", "the gold is ignored", extra, base_url=server.url) == 1.0
+
+    cut = client.session(reference[1]["task_id"], dataset=DATASET, split=SPLIT, run_id=rid)
+    r = cut.step("not an action")
+    assert not r.done
+    extra = {"interaction_kwargs": {"name": "medgym"}, "turn_scores": [TurnScore(r.reward, cut.id)]}
+    assert compute_score("medgym/treqs", "not an action", ref, extra, base_url=server.url) == 0.0
+    rows = sorted(server.rows(rid), key=lambda x: x["reward"])
+    assert [(x["outcome"], x["termination"]) for x in rows] == [("turn_limit", "closed"), ("correct", "accepted")]

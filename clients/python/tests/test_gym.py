@@ -1,4 +1,4 @@
-"""medgym.gym.MedGymEnv: registered on import, gymnasium's env checker, an episode played through gymnasium.make."""
+"""medgym.gym.MedGymEnv: registered on import of medgym.gym, gymnasium's env checker, an episode played through gymnasium.make."""
 
 from __future__ import annotations
 
@@ -10,13 +10,20 @@ import gymnasium
 from conftest import DATASET, SPLIT, prompt_of, reference_action, run_id
 from gymnasium.utils.env_checker import check_env
 
-import medgym  # noqa: F401 (registers medgym/MedGym-v0)
-from medgym.gym import MedGymEnv
+from medgym.gym import MedGymEnv  # registers medgym/MedGym-v0
 
 
 def test_registered_on_import():
     assert "medgym/MedGym-v0" in gymnasium.registry
     assert gymnasium.spec("medgym/MedGym-v0").entry_point == "medgym.gym:MedGymEnv"
+    # `import medgym` alone registers nothing (no import-time side effects); an id naming the module imports it
+    import subprocess
+    import sys
+
+    code = ("import gymnasium, medgym; assert 'medgym/MedGym-v0' not in gymnasium.registry; "
+            "env = gymnasium.make('medgym.gym:medgym/MedGym-v0', base_url='http://127.0.0.1:1', task_ids=['t']); "
+            "assert type(env.unwrapped).__name__ == 'MedGymEnv'")
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_check_env(server, reference):
@@ -60,7 +67,8 @@ def test_unfinished_episode_is_stored_on_close(server, reference):
     env.reset(seed=1)
     obs, reward, terminated, truncated, info = env.step("not an action")
     assert not terminated and info["parse_error"] and reward == 0.0
-    env.close()  # ends the session on the server: scored and stored
+    env.close()  # ends the session on the server: scored and stored (closed: turn_limit, reward 0), not abandoned
     client.close()
     rows = server.rows(rid)
     assert len(rows) == 1 and rows[0]["num_turns"] == 1
+    assert (rows[0]["outcome"], rows[0]["termination"], rows[0]["reward"]) == ("turn_limit", "closed", 0.0)

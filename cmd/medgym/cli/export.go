@@ -26,7 +26,7 @@ func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	splits := fs.String("split", "test", "split(s), comma separated")
 	limit := fs.Int("limit", 0, "at most this many tasks per dataset and split (0 = all)")
 	out := fs.String("out", "", "output directory (required): verl/ and prompts/ are written under it")
-	endOn := fs.String("end-on", schemas.EndOnBoth, "the sessions' end_on (it decides whether the prompt offers the answer action): accepted, answer or both")
+	endOn := fs.String("end-on", schemas.DefaultOptions().EndOn, "the sessions' end_on (it decides whether the prompt offers the answer action): accepted, answer or both")
 	upstream := fs.Bool("upstream-compat", false, "the sessions' compat: upstream (upstream's prompt layout)")
 	systemAsUser := fs.Bool("system-as-user", false, "fold the system prompt into the first user message (as the environment server's --system-as-user)")
 	if err := fs.Parse(args); err != nil {

@@ -1,18 +1,23 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/medgym/medgym/cmd/medgym/internal/report"
+	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
+	"github.com/medgym/medgym/services/verifier/verify"
 	"github.com/medgym/medgym/store"
 	"github.com/medgym/medgym/tasks"
 )
@@ -30,6 +35,9 @@ func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	scoresPath := fs.String("scores", "", "trajectory-verifier scores (JSONL from trainer score) for Best@k")
 	board := fs.Bool("leaderboard", false, "a leaderboard over several runs (--run a,b,...; default every run): models × datasets, averages in and out of distribution, as leaderboard.md and leaderboard.csv")
 	ood := fs.String("ood", strings.Join(report.DefaultOOD, ","), "datasets out of distribution (leaderboard)")
+	library := fs.String("library", tasks.LibraryDir(), "generated task library, whose verifier tree's truths give each dataset's best constant answer")
+	data := fs.String("data", tasks.DataRoot(), "shared data root (datasets read from it, not from the library)")
+	noBaseline := fs.Bool("no-baseline", false, "leave out the constant-answer baselines (no task library at hand)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -61,6 +69,9 @@ func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if opt.Scores, opt.Verifier, err = readScores(*scoresPath, *runID); err != nil {
 			return err
 		}
+	}
+	if !*noBaseline {
+		opt.Baselines = constantBaselines(ctx, tasks.NewCache(*data, "", *library), rows)
 	}
 	r := report.Build(*runID, rows, opt)
 	paths, err := report.Write(*out, r)
@@ -153,4 +164,59 @@ func leaderboard(ctx context.Context, storeURL, endpoint, runs, out, ood string,
 	}
 	fmt.Fprintf(stdout, "leaderboard of %d models over %d runs: %s (and leaderboard.csv)\n", len(b.Rows), len(ids), md)
 	return nil
+}
+
+// constantBaselines is each dataset's best constant answer over the run's
+// distinct tasks (report.BestConstant), under the verifier rules the run was
+// scored with; a success counts as the run's does (an abstention only on an
+// unanswerable question). A dataset whose truths cannot be read, or whose
+// tasks take no answer text, gets a note instead.
+func constantBaselines(ctx context.Context, lib *tasks.Cache, rows []parquet.Row) []report.Baseline {
+	type key struct{ split, id string }
+	byDS := map[string]map[key]bool{}
+	mode := verify.Strict
+	for _, r := range rows {
+		if byDS[r.Dataset] == nil {
+			byDS[r.Dataset] = map[key]bool{}
+		}
+		byDS[r.Dataset][key{r.Split, r.TaskID}] = true
+		if strings.Contains(r.VerifierVersion, "+"+string(verify.Upstream)) {
+			mode = verify.Upstream
+		}
+	}
+	var out []report.Baseline
+	for _, ds := range slices.Sorted(maps.Keys(byDS)) {
+		var truths []tasks.Truth
+		var answers []string
+		note, abstain := "", false
+		for _, k := range slices.SortedFunc(maps.Keys(byDS[ds]), func(a, b key) int { return cmp.Or(cmp.Compare(a.split, b.split), cmp.Compare(a.id, b.id)) }) {
+			t, err := lib.Task(ctx, ds, k.split, k.id)
+			if err != nil {
+				note = "no truths in the library"
+				break
+			}
+			if t.Truth.Type == schemas.AnswerPredictions || t.Truth.Type == schemas.AnswerOutput {
+				note = "scored from files or program output: no constant answer"
+				break
+			}
+			truths, answers = append(truths, t.Truth), append(answers, t.Truth.Answer)
+			abstain = abstain || t.Truth.Abstention
+		}
+		if note != "" {
+			out = append(out, report.Baseline{Dataset: ds, Tasks: len(byDS[ds]), Note: note})
+			continue
+		}
+		var extra []string
+		if abstain {
+			extra = []string{schemas.AbstainAnswer}
+		}
+		out = append(out, report.BestConstant(ds, answers, extra, func(i int, a string) bool {
+			t := truths[i]
+			if t.Abstention && !t.Unanswerable && verify.IsAbstention(a) {
+				return false // accepted as final, scored abstained_wrongly: not a success
+			}
+			return verify.CheckAnswer(mode, ds, t, a).Accepted
+		}))
+	}
+	return out
 }

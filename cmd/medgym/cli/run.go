@@ -102,7 +102,9 @@ func (f *RunFlags) Register(fs *flag.FlagSet) {
 	fs.IntVar(&f.MaxTokens, "max-tokens", 8192, "max completion tokens per turn")
 	fs.BoolVar(&f.Logprobs, "logprobs", false, "request token ids and logprobs (vLLM) for RL")
 	fs.IntVar(&f.MaxTurns, "max-turns", 15, "policy steps per episode")
-	fs.StringVar(&f.EndOn, "end-on", schemas.EndOnBoth, "what ends an episode: accepted (upstream), answer, or both")
+	fs.StringVar(&f.EndOn, "end-on", schemas.DefaultOptions().EndOn, "what ends an episode: answer (only an explicit answer: no code run is checked "+
+		"before the agent commits), accepted (upstream: the first accepted code run) or both; accepted and both make every checked code run a "+
+		"correctness oracle, which a policy trained on the reward learns to exploit")
 	fs.BoolVar(&f.ShowVerdict, "show-verdict", false, "show the verifier's verdict on code runs to the model (upstream: no)")
 	fs.StringVar(&f.LoopGuard, "loop-guard", "warn", "repeated identical action: off, warn or stop")
 	fs.StringVar(&f.VerifierMode, "verifier-mode", "strict", "strict or upstream (upstream-compatible rules, bugs included)")

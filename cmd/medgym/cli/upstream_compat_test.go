@@ -48,12 +48,15 @@ func TestUpstreamCompatFlagsAndSpec(t *testing.T) {
 	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "compat upstream requires end_on accepted") {
 		t.Errorf("contradicting spec: %v", err)
 	}
-	// A spec written before the field keeps medgym's rules.
+	// A spec written before the field keeps medgym's rules, and the end_on
+	// it names (the default changed to answer in contract 1.4).
 	old := filepath.Join(dir, "old.yaml")
 	if err := os.WriteFile(old, []byte("datasets: [medcalcbench]\noptions:\n  end_on: both\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := loadSpecFile(old); err != nil || s.Options.Upstream() || s.Options != schemas.DefaultOptions() {
+	want := schemas.DefaultOptions()
+	want.EndOn = schemas.EndOnBoth
+	if s, err := loadSpecFile(old); err != nil || s.Options.Upstream() || s.Options != want {
 		t.Errorf("old spec: %+v, %v", s.Options, err)
 	}
 }

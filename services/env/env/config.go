@@ -44,6 +44,10 @@ type Config struct {
 	Run string
 	// Model is the model recorded for sessions that name none.
 	Model string
+	// EndOn is the end_on of sessions that name none ("" is medgym's:
+	// answer). accepted and both make every checked code run a
+	// correctness oracle; they are for clients written for that rule.
+	EndOn string
 	// Worker names this server in trajectories.
 	Worker string
 	// SystemAsUser folds the system prompt into the first user message.
@@ -72,6 +76,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.Int64Var(&c.MaxBody, "max-body", 1<<20, "largest request body in bytes (413 beyond)")
 	fs.StringVar(&c.Run, "run", "", "run id of sessions that name none (default env-<UTC date>)")
 	fs.StringVar(&c.Model, "model", "external", "model name recorded for sessions that name none")
+	fs.StringVar(&c.EndOn, "end-on", schemas.DefaultOptions().EndOn, "end_on of sessions that name none: answer (only the answer action ends an episode; "+
+		"no code run is checked before the agent commits), accepted (upstream) or both; accepted and both make every checked code run a "+
+		"correctness oracle, which a policy trained on the reward learns to exploit")
 	fs.StringVar(&c.Worker, "worker", hostname("env"), "this server's name in trajectories")
 	fs.BoolVar(&c.SystemAsUser, "system-as-user", false, "fold the system prompt into the first user message (as the llm-worker's flag)")
 	fs.IntVar(&c.Concurrency, "concurrency", 16, "observations and scores handled at once")
@@ -103,6 +110,13 @@ func tokenFromEnv(getenv func(string) string) string {
 func (c Config) Validate() error {
 	if f, ok := strings.CutPrefix(c.Token, "\x00unreadable:"); ok {
 		return fmt.Errorf("env: MEDGYM_ENV_TOKEN_FILE %s cannot be read", f)
+	}
+	if c.EndOn != "" {
+		o := schemas.DefaultOptions()
+		o.EndOn = c.EndOn
+		if err := o.Validate(); err != nil {
+			return fmt.Errorf("env: --end-on: %w", err)
+		}
 	}
 	if c.Views == "" {
 		return errors.New("env: --views is required: the task views directory (medgym env views --out DIR)")
@@ -144,7 +158,7 @@ func loopback(host string) bool {
 // LogValue is what is logged at start (the token redacted).
 func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(slog.String("addr", c.addr()), slog.String("views", c.Views), slog.Bool("token", c.Token != ""),
-		slog.Int("max_sessions", c.MaxSessions), slog.Duration("idle", c.Idle), slog.String("run", c.Run), slog.String("model", c.Model))
+		slog.Int("max_sessions", c.MaxSessions), slog.Duration("idle", c.Idle), slog.String("run", c.Run), slog.String("model", c.Model), slog.String("end_on", c.EndOn))
 }
 
 // Serve runs the server (bus.Component).

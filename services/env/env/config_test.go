@@ -54,3 +54,26 @@ func TestConfigBindsLoopback(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigEndOn: sessions that name no end_on get answer unless the
+// server is told otherwise; a rule the episode options refuse is refused.
+func TestConfigEndOn(t *testing.T) {
+	parse := func(args ...string) Config {
+		var c Config
+		fs := flag.NewFlagSet("env", flag.ContinueOnError)
+		c.RegisterFlags(fs, func(string) string { return "" })
+		if err := fs.Parse(append([]string{"--views", "v"}, args...)); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if c := parse(); c.EndOn != "answer" || c.Validate() != nil {
+		t.Fatalf("default end_on %q (%v)", c.EndOn, c.Validate())
+	}
+	if c := parse("--end-on", "both"); c.EndOn != "both" || c.Validate() != nil {
+		t.Fatalf("--end-on both: %q (%v)", c.EndOn, c.Validate())
+	}
+	if err := parse("--end-on", "never").Validate(); err == nil || !strings.Contains(err.Error(), "end_on") {
+		t.Fatalf("--end-on never: %v", err)
+	}
+}

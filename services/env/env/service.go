@@ -49,7 +49,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	}
 	svc := session.New(session.Deps{
 		Store: st, Catalog: cat, Publish: conn.Publish, Register: registerRun(runs), Log: log,
-		Worker: cfg.Worker, DefaultRun: cfg.Run, DefaultModel: cfg.Model, SystemAsUser: cfg.SystemAsUser,
+		Worker: cfg.Worker, DefaultRun: cfg.Run, DefaultModel: cfg.Model, DefaultEndOn: cfg.EndOn, SystemAsUser: cfg.SystemAsUser,
 	}, session.Limits{MaxSessions: cfg.MaxSessions, IdleTimeout: cfg.Idle, KeepDone: cfg.KeepDone, StepWait: cfg.StepWait})
 	if err := svc.Load(ctx); err != nil {
 		return fmt.Errorf("env: %w", err)

@@ -42,7 +42,11 @@ type Config struct {
 	Temperature *float64 `json:"temperature,omitempty"`
 	// Seed, when set, is the sampling seed of sample 0; sample k gets
 	// Seed+k.
-	Seed        *int64                  `json:"seed,omitempty"`
+	Seed *int64 `json:"seed,omitempty"`
+	// Episode is the sampled runs' episode rule, read over
+	// schemas.DefaultOptions (end_on answer: no code run is checked before
+	// the policy commits, so printing candidates earns nothing), or over
+	// schemas.UpstreamOptions when it says compat upstream.
 	Episode     *schemas.EpisodeOptions `json:"episode,omitempty"`
 	MaxInFlight int                     `json:"max_in_flight,omitempty"`
 
@@ -184,11 +188,24 @@ func LoadConfig(path string) (Config, error) {
 			return Config{}, fmt.Errorf("config %s: %w", path, err)
 		}
 	}
-	var c Config
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	// The episode options are read over medgym's defaults (end_on answer:
+	// no code run is checked before the policy commits), or over
+	// upstream's with episode.compat upstream, as medgym run's spec files.
+	decode := func(ep schemas.EpisodeOptions) (Config, error) {
+		c := Config{Episode: &ep}
+		dec := json.NewDecoder(strings.NewReader(string(b)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil {
+			return Config{}, fmt.Errorf("config %s: %w", path, err)
+		}
+		return c, nil
+	}
+	c, err := decode(schemas.DefaultOptions())
+	if err == nil && c.Episode != nil && c.Episode.Upstream() {
+		c, err = decode(schemas.UpstreamOptions())
+	}
+	if err != nil {
+		return Config{}, err
 	}
 	c = c.WithDefaults()
 	if err := c.Validate(); err != nil {

@@ -68,7 +68,10 @@
 //     from `medgym tasks reference-outputs`), CRLF and trailing white space
 //     at the end aside. Nothing is accepted when the reference output is
 //     missing, failed, or empty (a silent reference cannot tell a right
-//     function from a silent one), nor from an answer text.
+//     function from a silent one), nor from an answer text: an episode
+//     that ends on the answer action or the turn limit is scored by
+//     re-checking its last code run (as predictions tasks are), so these
+//     tasks are solvable under end_on answer, the default.
 //
 // # Abstention (tasks that offer it: tasks.Truth.Abstention, EHRSQL 2024)
 //
@@ -127,6 +130,7 @@
 //	answered        final answer wrong               incorrect      0
 //	turn_limit      final answer correct             correct        1
 //	turn_limit      otherwise                        turn_limit     0
+//	closed          nothing is graded                turn_limit     0
 //	loop                                             loop           0
 //	format_error                                     format_error   0
 //	timeout                                          timeout        0

@@ -23,8 +23,11 @@ const (
 )
 
 // RulesSemver is the semantic version of the rule sets. Bump the major when
-// a rule change can flip an accepted answer to rejected or back.
-const RulesSemver = "1.1.0"
+// a rule change can flip an accepted answer to rejected or back. 1.2.0: the
+// termination closed (scored turn_limit, nothing graded), and an output
+// task that ends on the answer action or the turn limit is scored on its
+// last code run (no check of an answer changed).
+const RulesSemver = "1.2.0"
 
 // ParseMode parses a verifier mode; "" means Strict.
 func ParseMode(s string) (Mode, error) {

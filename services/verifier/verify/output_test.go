@@ -55,3 +55,40 @@ func TestProgramOutput(t *testing.T) {
 		t.Errorf("answer text accepted for an output task: %+v", c)
 	}
 }
+
+// TestScoreOutputTaskByLastRun: an output task (BioCoder) that ends on the
+// answer action or the turn limit, as every episode does under end_on
+// answer (the default), is scored by re-checking its last code run; an
+// answer text is never read. Before, such an episode could never be
+// correct.
+func TestScoreOutputTaskByLastRun(t *testing.T) {
+	t.Parallel()
+	ref := "ACG 0.6667\nTT 0.0\n"
+	truth := tasks.Truth{Type: schemas.AnswerOutput, Answer: ref, Extra: map[string]string{"reference_output": "ok", "reference_message": ref}}
+	ep := func(term schemas.Termination, final string, outs ...string) schemas.EpisodeResult {
+		r := schemas.EpisodeResult{Request: schemas.EpisodeRequest{Task: schemas.TaskView{Dataset: "biocoder"}}, Termination: term, FinalAnswer: final}
+		for i, o := range outs {
+			r.Turns = append(r.Turns, schemas.Turn{Index: i, ActionName: schemas.ActionValidateCode, ExecStatus: schemas.StatusOK, Stdout: o})
+		}
+		r.Turns = append(r.Turns, schemas.Turn{Index: len(outs), ActionName: schemas.ActionAnswer})
+		return r
+	}
+	for _, c := range []struct {
+		name    string
+		res     schemas.EpisodeResult
+		outcome schemas.Outcome
+		reward  float64
+	}{
+		{"answered after the right program", ep(schemas.EndAnswered, "done", "wrong\n", ref), schemas.OutcomeCorrect, 1},
+		{"answered after a wrong last program", ep(schemas.EndAnswered, ref, ref, "wrong\n"), schemas.OutcomeIncorrect, 0},
+		{"answered without a program", ep(schemas.EndAnswered, ref), schemas.OutcomeIncorrect, 0},
+		{"turn limit after the right program", ep(schemas.EndTurnLimit, "TT 0.0", ref), schemas.OutcomeCorrect, 1},
+		{"turn limit after a wrong program", ep(schemas.EndTurnLimit, "", "wrong\n"), schemas.OutcomeTurnLimit, 0},
+		{"closed by the client after the right program", ep(schemas.EndClosed, "", ref), schemas.OutcomeTurnLimit, 0},
+	} {
+		o, r, v := Score(Options{}, truth, c.res)
+		if o != c.outcome || r != c.reward {
+			t.Errorf("%s: %s %v (%s), want %s %v", c.name, o, r, v, c.outcome, c.reward)
+		}
+	}
+}

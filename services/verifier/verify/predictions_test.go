@@ -132,6 +132,7 @@ func TestScorePredictions(t *testing.T) {
 		{"upstream 1/0", Options{Mode: Upstream}, schemas.EndAccepted, "id,prediction\n1,1\n2,1\n", schemas.OutcomeCorrect, 1},
 		{"turn limit with a good file", Options{}, schemas.EndTurnLimit, "id,prediction\n1,1\n2,0\n3,1\n4,0\n5,1\n6,0\n7,1\n8,0\n", schemas.OutcomeCorrect, 1},
 		{"turn limit with a bad file", Options{GradedML: true}, schemas.EndTurnLimit, half, schemas.OutcomeTurnLimit, 0.5},
+		{"closed by the client with a good file", Options{GradedML: true}, schemas.EndClosed, "id,prediction\n1,1\n2,0\n3,1\n4,0\n5,1\n6,0\n7,1\n8,0\n", schemas.OutcomeTurnLimit, 0},
 	} {
 		o, r, v := Score(c.opt, tr, ep(c.term, map[string]string{"predictions.csv": c.csv}))
 		if o != c.outcome || math.Abs(r-c.reward) > 1e-12 {

@@ -117,6 +117,9 @@ func classify(mode Mode, truth tasks.Truth, res schemas.EpisodeResult) (schemas.
 		}
 		return schemas.OutcomeIncorrect, fmt.Sprintf("accepted by the worker, but turn %d fails the re-check: %s", turn.Index, c.Verdict)
 	case schemas.EndAnswered:
+		if truth.Type == schemas.AnswerOutput {
+			return lastRunOutcome(mode, truth, res, schemas.OutcomeIncorrect, "final answer: ")
+		}
 		c := CheckAnswer(mode, dataset, truth, res.FinalAnswer)
 		if c.Accepted {
 			return schemas.OutcomeCorrect, "final answer: " + c.Verdict
@@ -127,12 +130,19 @@ func classify(mode Mode, truth tasks.Truth, res schemas.EpisodeResult) (schemas.
 			// Upstream: no accepted execution within num_steps is a failure.
 			return schemas.OutcomeTurnLimit, "turn limit reached without an accepted execution (upstream rules)"
 		}
+		if truth.Type == schemas.AnswerOutput {
+			return lastRunOutcome(mode, truth, res, schemas.OutcomeTurnLimit, "turn limit reached: ")
+		}
 		if res.FinalAnswer != "" {
 			if c := CheckAnswer(mode, dataset, truth, res.FinalAnswer); c.Accepted {
 				return schemas.OutcomeCorrect, "turn limit reached, but the final answer is correct: " + c.Verdict
 			}
 		}
 		return schemas.OutcomeTurnLimit, "turn limit reached without a correct answer"
+	case schemas.EndClosed:
+		// The client cut the episode short (its own limit): a turn limit,
+		// with nothing graded, whatever the task.
+		return schemas.OutcomeTurnLimit, "closed by the client before the episode ended (truncated): nothing is graded"
 	case schemas.EndLoop:
 		return schemas.OutcomeLoop, "stopped by the loop guard"
 	case schemas.EndFormatError:
@@ -146,6 +156,23 @@ func classify(mode Mode, truth tasks.Truth, res schemas.EpisodeResult) (schemas.
 	default:
 		return schemas.OutcomeInfraFailure, fmt.Sprintf("unknown termination %q", t)
 	}
+}
+
+// lastRunOutcome scores an output task (BioCoder: its program's whole
+// stdout is the answer, an answer text is never read) that ended on the
+// answer action or the turn limit: the last code run is re-checked, as an
+// accepted one would be; when it fails, or there is none, the outcome is
+// fail.
+func lastRunOutcome(mode Mode, truth tasks.Truth, res schemas.EpisodeResult, fail schemas.Outcome, prefix string) (schemas.Outcome, string) {
+	turn, ok := lastCodeTurn(res.Turns)
+	if !ok {
+		return fail, prefix + "no code run to re-check (this task is scored from its program's output)"
+	}
+	c := checkOutput(mode, res.Request.Task.Dataset, truth, execOf(turn))
+	if c.Accepted {
+		return schemas.OutcomeCorrect, fmt.Sprintf("%sthe last code run (turn %d) re-checked: %s", prefix, turn.Index, c.Verdict)
+	}
+	return fail, fmt.Sprintf("%sthe last code run (turn %d) re-checked: %s", prefix, turn.Index, c.Verdict)
 }
 
 // acceptedTurn finds the execution to re-check for an accepted episode: the

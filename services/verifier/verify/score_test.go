@@ -70,6 +70,9 @@ func TestScore(t *testing.T) {
 		{"turn limit, correct answer", Options{}, episode(schemas.EndTurnLimit, "25.3", good), schemas.OutcomeCorrect, 1, "final answer is correct"},
 		{"turn limit, correct answer, upstream compat", Options{Mode: Upstream}, upstreamCompat(episode(schemas.EndTurnLimit, "25.3", good)), schemas.OutcomeTurnLimit, 0, "upstream rules"},
 		{"turn limit, correct answer, upstream verifier only", Options{Mode: Upstream}, episode(schemas.EndTurnLimit, "25.3", good), schemas.OutcomeCorrect, 1, "final answer is correct"},
+		// The environment API's client ended the episode (its own limit):
+		// scored, never graded, whatever it printed or answered last.
+		{"closed by the client", Options{}, episode(schemas.EndClosed, "25.3", good), schemas.OutcomeTurnLimit, 0, "closed by the client"},
 		{"loop", Options{}, episode(schemas.EndLoop, "25.3", good, good), schemas.OutcomeLoop, 0, "loop"},
 		{"format error", Options{}, episode(schemas.EndFormatError, "", badParse), schemas.OutcomeFormatError, 0, "parsable"},
 		{"timeout", Options{}, episode(schemas.EndTimeout, "25.3"), schemas.OutcomeTimeout, 0, "wall clock"},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Chart file names, relative to the report directory.
@@ -108,6 +109,9 @@ func Markdown(r Report) []byte {
 	p("## Success rate per dataset\n\n")
 	groupTable(&b, "dataset", r.ByDataset)
 	p("\n![success rate per dataset](%s)\n\n", FileSuccessDataset)
+	if len(r.Baselines) > 0 {
+		baselineTable(&b, r)
+	}
 	p("## Success rate per category\n\n")
 	groupTable(&b, "category", r.ByCategory)
 	p("\n![success rate per category](%s)\n\n", FileSuccessCategory)
@@ -187,6 +191,41 @@ func groupTable(b *bytes.Buffer, what string, gs []Group) {
 	for _, g := range gs {
 		fmt.Fprintf(b, "| %s | %d | %d | %d | %s |\n", g.Name, g.Episodes, g.Scored, g.Correct, Percent(g.Rate()))
 	}
+}
+
+// baselineTable prints each dataset's best constant answer beside the
+// model's success.
+func baselineTable(b *bytes.Buffer, r Report) {
+	fmt.Fprintf(b, "### Constant-answer baseline\n\n")
+	fmt.Fprintf(b, "The one answer that, given to every task of the run, the most tasks accept (the verifier's rule over the truths of the ")
+	fmt.Fprintf(b, "library's verifier tree; candidates: the %d most frequent truths, and the abstention answer where it counts). ", MaxCandidates)
+	fmt.Fprintf(b, "A success near it says the model learned the answer distribution, not the task.\n\n")
+	fmt.Fprintf(b, "| dataset | model success | best constant answer | tasks | its success |\n|---|---:|---|---:|---:|\n")
+	model := map[string]Group{}
+	for _, g := range r.ByDataset {
+		model[g.Name] = g
+	}
+	for _, x := range r.Baselines {
+		m := "–"
+		if g, ok := model[x.Dataset]; ok {
+			m = Percent(g.Rate())
+		}
+		if x.Note != "" {
+			fmt.Fprintf(b, "| %s | %s | %s | %d | – |\n", x.Dataset, m, x.Note, x.Tasks)
+			continue
+		}
+		fmt.Fprintf(b, "| %s | %s | `%s` | %d | %s |\n", x.Dataset, m, clipAnswer(x.Answer), x.Tasks, Percent(x.Rate()))
+	}
+	fmt.Fprintf(b, "\n")
+}
+
+// clipAnswer keeps a constant printable in a table cell.
+func clipAnswer(a string) string {
+	a = strings.NewReplacer("|", `\|`, "`", "'", "\n", " ").Replace(a)
+	if r := []rune(a); len(r) > 60 {
+		return string(r[:60]) + "…"
+	}
+	return a
 }
 
 func mean(total int64, n int) float64 {

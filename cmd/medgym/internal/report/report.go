@@ -32,6 +32,10 @@
 //     c = N is the number of scored episodes. It is reported for the
 //     datasets that offer abstention (Options.Abstention) and for any
 //     dataset whose rows hold an abstention outcome.
+//   - the constant-answer baseline of a dataset (Options.Baselines,
+//     BestConstant) is the one answer that, given to every distinct task of
+//     the run, the most tasks accept under the verifier's rule, from the
+//     library's verifier tree; it is shown beside the model's success.
 package report
 
 import (
@@ -55,6 +59,9 @@ type Options struct {
 	// Abstention lists the datasets that offer abstention, whose
 	// reliability score is reported even if no episode abstained.
 	Abstention []string
+	// Baselines are the datasets' best constant answers (BestConstant),
+	// shown beside the model's success.
+	Baselines []Baseline
 }
 
 // Reliability is EHRSQL 2024's reliability score of one dataset.
@@ -128,6 +135,8 @@ type Report struct {
 	Tokens   Tokens
 	// Reliability holds one entry per dataset that offers abstention.
 	Reliability []Reliability
+	// Baselines are Options.Baselines.
+	Baselines []Baseline
 }
 
 // Tokens is token usage and cost.
@@ -153,7 +162,7 @@ var ActionLabels = []string{schemas.ActionValidateCode, schemas.ActionRequestInf
 
 // Build computes the report of rows.
 func Build(runID string, rows []parquet.Row, opt Options) Report {
-	r := Report{RunID: runID, Episodes: len(rows), Tokens: Tokens{PriceIn: opt.PriceIn, PriceOut: opt.PriceOut}}
+	r := Report{RunID: runID, Episodes: len(rows), Tokens: Tokens{PriceIn: opt.PriceIn, PriceOut: opt.PriceOut}, Baselines: opt.Baselines}
 	if opt.Scores != nil {
 		r.Verifier = cmp.Or(opt.Verifier, "unnamed verifier")
 	}

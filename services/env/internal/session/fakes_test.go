@@ -188,6 +188,8 @@ func (w *world) score(r schemas.EpisodeResult) {
 	switch {
 	case r.Termination == schemas.EndAbandoned:
 		out = schemas.OutcomeAbandoned
+	case r.Termination == schemas.EndClosed:
+		out = schemas.OutcomeTurnLimit
 	case r.FinalAnswer == "42":
 		out = schemas.OutcomeCorrect
 	case r.Termination == schemas.EndTurnLimit:

@@ -25,9 +25,13 @@ type Options struct {
 	Reward            string            `json:"reward,omitempty"`
 }
 
-// resolve returns the episode options, the recorded policy and the run.
-func (o Options) resolve(defaultRun, defaultModel string) (schemas.EpisodeOptions, schemas.PolicySpec, string, error) {
+// resolve returns the episode options, the recorded policy and the run;
+// defaultEndOn ("" for medgym's) is the end_on of a session that names none.
+func (o Options) resolve(defaultRun, defaultModel, defaultEndOn string) (schemas.EpisodeOptions, schemas.PolicySpec, string, error) {
 	opts := schemas.DefaultOptions()
+	if defaultEndOn != "" {
+		opts.EndOn = defaultEndOn
+	}
 	if o.Compat != nil && *o.Compat == schemas.CompatUpstream {
 		opts = schemas.UpstreamOptions()
 	}

@@ -46,6 +46,9 @@ type Deps struct {
 	DefaultRun string
 	// DefaultModel is the model recorded for sessions that name none.
 	DefaultModel string
+	// DefaultEndOn is the end_on of sessions that name none; "" is
+	// medgym's (schemas.DefaultOptions: answer).
+	DefaultEndOn string
 	// SystemAsUser folds the system prompt into the first user message
 	// (as the llm-worker's flag of the same name).
 	SystemAsUser bool
@@ -223,7 +226,7 @@ func (s *Service) Prompt(r CreateRequest) (Prompt, error) {
 	if err != nil {
 		return Prompt{}, err
 	}
-	opts, _, _, err := r.Options.resolve(s.deps.DefaultRun, s.deps.DefaultModel)
+	opts, _, _, err := r.Options.resolve(s.deps.DefaultRun, s.deps.DefaultModel, s.deps.DefaultEndOn)
 	if err != nil {
 		return Prompt{}, err
 	}
@@ -237,7 +240,7 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Created, error) 
 	if err != nil {
 		return Created{}, err
 	}
-	opts, pol, runID, err := r.Options.resolve(s.deps.DefaultRun, s.deps.DefaultModel)
+	opts, pol, runID, err := r.Options.resolve(s.deps.DefaultRun, s.deps.DefaultModel, s.deps.DefaultEndOn)
 	if err != nil {
 		return Created{}, err
 	}

@@ -143,16 +143,21 @@ func TestCapAndReap(t *testing.T) {
 	}
 }
 
-// TestCloseAbandons: closing an unfinished session stores it abandoned;
-// closing again answers the same.
-func TestCloseAbandons(t *testing.T) {
+// TestCloseScores: closing an unfinished session ends it as closed, a
+// scored episode (turn_limit, reward 0, truncated), not abandoned (which is
+// left out of exports); closing again answers the same. Only the reaper
+// abandons (TestCapAndReap).
+func TestCloseScores(t *testing.T) {
 	t.Parallel()
 	w, _ := newWorld(t, newMemStore(), Limits{})
 	id := create(t, w.svc, Options{}).Session.ID
 	step(t, w.svc, id, 0, code("print(1)"))
 	c, err := w.svc.Close(context.Background(), id)
-	if err != nil || c.Outcome != schemas.OutcomeAbandoned || c.Row == nil {
+	if err != nil || c.Outcome != schemas.OutcomeTurnLimit || c.Outcome.Excluded() || c.Reward != 0 || c.Row == nil {
 		t.Fatalf("close: %+v, %v", c, err)
+	}
+	if len(w.results) != 1 || w.results[0].Termination != schemas.EndClosed || w.results[0].FinalAnswer != "" {
+		t.Fatalf("closed episode sent to the verifier as %+v", w.results)
 	}
 	c2, err := w.svc.Close(context.Background(), id)
 	if err != nil || c2.Outcome != c.Outcome || len(w.results) != 1 {
@@ -160,18 +165,71 @@ func TestCloseAbandons(t *testing.T) {
 	}
 }
 
+// TestDefaultGivesNoVerdict: under the default options a code run that
+// prints the truth neither ends the episode nor says it is right (no
+// check is asked of the verifier, no verdict, not accepted, the
+// observation is the program's output only), so a guessing agent that
+// prints candidates and then answers wrong scores 0; under end_on both
+// the same print ends the episode with reward 1 (the oracle the default
+// removes).
+func TestDefaultGivesNoVerdict(t *testing.T) {
+	t.Parallel()
+	w, _ := newWorld(t, newMemStore(), Limits{})
+	c := create(t, w.svc, Options{})
+	if o := c.Session.State.Request.Options; o.EndOn != schemas.EndOnAnswer || o.ShowVerdict {
+		t.Fatalf("default options %+v", o)
+	}
+	id := c.Session.ID
+	for i, guess := range []string{"41", "42", "43"} {
+		r := step(t, w.svc, id, i, code("print("+guess+")"))
+		if r.Done || r.Reward != 0 || r.Info.Accepted || r.Info.Verdict != "" || r.Observation != guess+"\n" {
+			t.Fatalf("guess %s: %+v", guess, r)
+		}
+	}
+	w.mu.Lock()
+	for _, a := range w.actions {
+		if a.Check {
+			t.Errorf("turn %d asked the verifier for a check under the default rule", a.Ref.Turn)
+		}
+	}
+	w.mu.Unlock()
+	if r := step(t, w.svc, id, 3, answerReply("43")); !r.Done || r.Reward != 0 || r.Info.Outcome != "incorrect" {
+		t.Fatalf("wrong answer after the guesses: %+v", r)
+	}
+
+	both := schemas.EndOnBoth
+	id = create(t, w.svc, Options{EndOn: &both}).Session.ID
+	step(t, w.svc, id, 0, code("print(41)"))
+	if r := step(t, w.svc, id, 1, code("print(42)")); !r.Done || r.Reward != 1 {
+		t.Fatalf("end_on both: printing the truth gave %+v, want the episode ended with reward 1", r)
+	}
+}
+
 // TestOptions: defaults, overrides and refusals.
 func TestOptions(t *testing.T) {
 	t.Parallel()
 	n, on := 3, "answer"
-	o, p, run, err := Options{MaxTurns: &n, EndOn: &on, Model: "m"}.resolve("r", "external")
+	o, p, run, err := Options{MaxTurns: &n, EndOn: &on, Model: "m"}.resolve("r", "external", schemas.EndOnBoth)
 	if err != nil || o.MaxTurns != 3 || o.EndOn != "answer" || p.Model != "m" || p.Name != schemas.PolicyOpenAI || run != "r" {
 		t.Fatalf("resolve: %+v %+v %q %v", o, p, run, err)
 	}
 	bad := 0
 	for _, b := range []Options{{MaxTurns: &bad}, {Reward: "shaped"}, {RunID: "a.b"}, {EndOn: new(string)}} {
-		if _, _, _, err := b.resolve("r", "x"); !errors.Is(err, ErrInvalid) {
+		if _, _, _, err := b.resolve("r", "x", ""); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%+v: %v, want ErrInvalid", b, err)
+		}
+	}
+	// The server's default end_on (--end-on) applies to sessions that name
+	// none; compat upstream still takes upstream's rule whole.
+	up := schemas.CompatUpstream
+	for _, c := range []struct {
+		def  string
+		o    Options
+		want string
+	}{{"", Options{}, schemas.EndOnAnswer}, {schemas.EndOnBoth, Options{}, schemas.EndOnBoth},
+		{schemas.EndOnBoth, Options{EndOn: &on}, schemas.EndOnAnswer}, {schemas.EndOnBoth, Options{Compat: &up}, schemas.EndOnAccepted}} {
+		if o, _, _, err := c.o.resolve("r", "x", c.def); err != nil || o.EndOn != c.want {
+			t.Errorf("server default %q, options %+v: end_on %q (%v), want %q", c.def, c.o, o.EndOn, err, c.want)
 		}
 	}
 }

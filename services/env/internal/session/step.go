@@ -230,7 +230,7 @@ func (s *Service) Scored(ctx context.Context, sc schemas.Score) error {
 			done := *f
 			done.Reward, done.Done = sc.Reward, true
 			t := sess.State.Result.Termination
-			done.Truncated = t == schemas.EndTurnLimit || t == schemas.EndTimeout
+			done.Truncated = t == schemas.EndTurnLimit || t == schemas.EndTimeout || t == schemas.EndClosed
 			done.Info.Outcome, done.Info.Termination, done.Info.Row = string(sc.Outcome), string(t), rowOf(sc)
 			sess.Steps = append(sess.Steps, done)
 			sess.Final = nil
@@ -266,10 +266,13 @@ type Closed struct {
 	Row     *Row
 }
 
-// Close ends a session: one not yet done is stored as abandoned; a done
-// one answers its score again. It waits for the score.
+// Close ends a session: one not yet done ends as closed (the client cut it
+// short, e.g. at its own turn limit), a scored episode (turn_limit,
+// nothing graded) kept in exports like any; a done one answers its score
+// again. It waits for the score. Only the reaper stores an episode as
+// abandoned: a client that closes its session did not vanish.
 func (s *Service) Close(ctx context.Context, id string) (Closed, error) {
-	if err := s.abandon(ctx, id, "closed by the client before the episode ended", 0); err != nil {
+	if err := s.end(ctx, id, schemas.EndClosed, "closed by the client before the episode ended", 0); err != nil {
 		return Closed{}, err
 	}
 	sess, err := s.waitScore(ctx, id)
@@ -279,11 +282,11 @@ func (s *Service) Close(ctx context.Context, id string) (Closed, error) {
 	return Closed{Session: sess, Outcome: sess.Score.Outcome, Reward: sess.Score.Reward, Row: rowOf(*sess.Score)}, nil
 }
 
-// abandon ends the episode of a session not yet done (termination
-// abandoned) and sends it to the verifier; a done one's result is
-// re-published (a no-op when it was). idle > 0 abandons only a session
+// end ends the episode of a session not yet done with termination why
+// (closed or abandoned) and sends it to the verifier; a done one's result
+// is re-published (a no-op when it was). idle > 0 ends only a session
 // untouched for that long.
-func (s *Service) abandon(ctx context.Context, id, why string, idle time.Duration) error {
+func (s *Service) end(ctx context.Context, id string, why schemas.Termination, msg string, idle time.Duration) error {
 	for range maxConflicts {
 		sess, rev, err := s.load(ctx, id)
 		if err != nil {
@@ -298,18 +301,18 @@ func (s *Service) abandon(ctx context.Context, id, why string, idle time.Duratio
 			}
 			st := sess.State
 			res := schemas.EpisodeResult{Request: st.Request, Turns: st.Turns, Messages: st.Messages,
-				Termination: schemas.EndAbandoned, Error: why, StartedAt: st.StartedAt, FinishedAt: s.deps.Now(), Worker: s.deps.Worker}
+				Termination: why, Error: msg, StartedAt: st.StartedAt, FinishedAt: s.deps.Now(), Worker: s.deps.Worker}
 			sess.State.PendingAction, sess.State.Result, sess.Final = nil, &res, nil
 			if _, err := s.deps.Store.Update(ctx, sess, rev); errors.Is(err, ErrConflict) {
 				continue
 			} else if err != nil {
-				return fmt.Errorf("save session %s (abandoned): %w", id, err)
+				return fmt.Errorf("save session %s (%s): %w", id, why, err)
 			}
 			s.notify(id)
 		}
 		return s.publish(ctx, episode.Step{Result: sess.State.Result})
 	}
-	return fmt.Errorf("abandon session %s: %w", id, ErrConflict)
+	return fmt.Errorf("end session %s (%s): %w", id, why, ErrConflict)
 }
 
 func (s *Service) waitScore(ctx context.Context, id string) (Session, error) {
@@ -378,7 +381,7 @@ func (s *Service) Reap(ctx context.Context) (int, error) {
 			if idle <= limit {
 				continue
 			}
-			if err := s.abandon(ctx, id, fmt.Sprintf("reaped: no request from the client for %s", idle.Round(time.Second)), limit); err != nil {
+			if err := s.end(ctx, id, schemas.EndAbandoned, fmt.Sprintf("reaped: no request from the client for %s", idle.Round(time.Second)), limit); err != nil {
 				return n, err
 			}
 			s.deps.Log.Info("session reaped", "session", id, "episode", sess.State.Request.EpisodeID, "idle", idle.Round(time.Second))
