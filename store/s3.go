@@ -148,8 +148,9 @@ func (b *s3Backend) put(ctx context.Context, key string, data []byte) error {
 }
 
 // create is a conditional PUT (If-None-Match: *, which S3 and MinIO
-// check atomically, on a multipart upload when it completes): 412
-// Precondition Failed means another writer's object is there. A retried
+// check atomically; minio-go sends it with the initiation and the
+// completion of an upload in parts too): 412 Precondition Failed means
+// another writer's object is there. A retried
 // request whose first try landed (its reply lost) is refused the same
 // way, and the caller reads what is there.
 func (b *s3Backend) create(ctx context.Context, key string, data []byte) error {
