@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,8 @@ func TestS3Store(t *testing.T) {
 		return st
 	}
 	t.Run("conformance", func(t *testing.T) { testStore(t, open) })
+	t.Run("create", func(t *testing.T) { testCreate(t, open(t)) })
+	t.Run("claims", func(t *testing.T) { testClaims(t, open) })
 
 	t.Run("env fallback", func(t *testing.T) {
 		t.Setenv("AWS_ENDPOINT_URL", "http://"+endpoint)
@@ -84,6 +87,14 @@ func TestS3Store(t *testing.T) {
 		}
 		if !strings.Contains(info.ETag, "-") {
 			t.Errorf("etag %q: object was not uploaded in parts", info.ETag)
+		}
+		// A create of that key, uploaded in parts too, is refused.
+		data, err := store.Get(t.Context(), st, keys[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Create(t.Context(), st, keys[0], data); !errors.Is(err, store.ErrExists) {
+			t.Errorf("multipart create over an existing object: %v, want ErrExists", err)
 		}
 		got, err := st.ReadRun(t.Context(), "big")
 		if err != nil {

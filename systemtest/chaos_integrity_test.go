@@ -212,14 +212,8 @@ func TestChaosIntegrity(t *testing.T) {
 	}
 
 	// Every planned episode is stored exactly once, and nothing else.
-	count, total := storedOnce(t, c.store, run)
-	for id, n := range count {
-		if n != 1 {
-			t.Errorf("episode %s stored %d times", id, n)
-		}
-	}
-	if len(count) != episodes || total != episodes {
-		t.Fatalf("%d rows of %d episodes stored, want %d episodes stored once", total, len(count), episodes)
+	if !eachStoredOnce(t, c.store, run, episodes) {
+		t.FailNow()
 	}
 	for _, r := range readRun(t, ctx, c.store, run) {
 		claim := schemas.EpisodeClaim{RunID: r.RunID, EpisodeID: r.EpisodeID, TaskID: r.TaskID, Dataset: r.Dataset, Sample: int(r.SampleIndex)}

@@ -61,36 +61,49 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// buildBinaries builds the service binaries once per test binary.
-var buildOnce struct {
-	sync.Once
-	dir string
-	err error
+// built holds the service binaries built so far, once per test binary.
+var built struct {
+	sync.Mutex
+	dir  string
+	errs map[string]error // service → its build's error (nil: built)
 }
 
-func buildBinaries(t *testing.T) string {
+// buildBinary builds one service's binary (once per test binary) and
+// returns its path.
+func buildBinary(t *testing.T, service string) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	built.Lock()
+	defer built.Unlock()
+	if built.dir == "" {
 		dir, err := os.MkdirTemp("", "medgym-bin-")
 		if err != nil {
-			buildOnce.err = err
-			return
+			t.Fatal(err)
 		}
-		root := repoRoot(t)
-		for _, s := range []string{"dispatcher", "llm-worker", "sandbox-worker", "verifier"} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, s), "./services/"+s)
-			cmd.Dir = root
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildOnce.err = fmt.Errorf("build %s: %v\n%s", s, err, out)
-				return
-			}
-		}
-		buildOnce.dir = dir
-	})
-	if buildOnce.err != nil {
-		t.Fatal(buildOnce.err)
+		built.dir, built.errs = dir, map[string]error{}
 	}
-	return buildOnce.dir
+	err, ok := built.errs[service]
+	if !ok {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(built.dir, service), "./services/"+service)
+		cmd.Dir = repoRoot(t)
+		if out, berr := cmd.CombinedOutput(); berr != nil {
+			err = fmt.Errorf("build %s: %v\n%s", service, berr, out)
+		}
+		built.errs[service] = err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(built.dir, service)
+}
+
+// buildBinaries builds every service binary and returns their directory.
+func buildBinaries(t *testing.T) string {
+	t.Helper()
+	var bin string
+	for _, s := range []string{"dispatcher", "llm-worker", "sandbox-worker", "verifier"} {
+		bin = filepath.Dir(buildBinary(t, s))
+	}
+	return bin
 }
 
 // proc is a service process the test can kill and restart.
@@ -146,6 +159,16 @@ func (p *proc) signal(sig syscall.Signal, d time.Duration) {
 	case <-time.After(d):
 		_ = cmd.Process.Kill()
 		<-exited
+	}
+}
+
+// send sends sig (SIGSTOP, SIGCONT) and does not wait.
+func (p *proc) send(sig syscall.Signal) {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd != nil && cmd.Process != nil {
+		_ = cmd.Process.Signal(sig)
 	}
 }
 
@@ -325,6 +348,24 @@ func storedOnce(t *testing.T, storeDir, run string) (map[string]int, int) {
 		}
 	}
 	return count, total
+}
+
+// eachStoredOnce fails the test for every episode stored more than once
+// in the run's files, and reports whether they hold episodes episodes,
+// episodes rows in all (failing the test if not).
+func eachStoredOnce(t *testing.T, storeDir, run string, episodes int) bool {
+	t.Helper()
+	count, total := storedOnce(t, storeDir, run)
+	for id, n := range count {
+		if n != 1 {
+			t.Errorf("episode %s stored %d times", id, n)
+		}
+	}
+	if len(count) != episodes || total != episodes {
+		t.Errorf("%d rows of %d episodes stored, want %d episodes stored once", total, len(count), episodes)
+		return false
+	}
+	return true
 }
 
 // waitNoProcessesIn fails if a process mentioning dir (a sandbox) outlives
