@@ -112,7 +112,7 @@ const (
 	// (verifier-owned): key "<run>.<episode>", value the file's key in
 	// the store (trajectories/run=…/dataset=…/part-….parquet), created
 	// before the file is and moved only off a file that exists without
-	// the episode, so two verifiers never store one episode twice (ADR 24).
+	// the episode, so two verifiers never store one episode twice (ADR 27).
 	BucketStored = "MEDGYM_STORED"
 )
 

@@ -15,7 +15,7 @@
 // stored episode ids from the files' episode_id column the first time it
 // touches the run. Several processes writing one run (verifiers) share
 // Claims (WithClaims): each episode's file is claimed before it is created,
-// so no episode is stored twice wherever a writer stops (ADR 0024).
+// so no episode is stored twice wherever a writer stops (ADR 0027).
 // Without claims, two processes writing the same run at the same moment
 // can both store an episode; ReadRun deduplicates (the first file in key
 // order wins).

@@ -119,7 +119,7 @@ type Claims interface {
 // it was read.
 var ErrClaimMoved = errors.New("claim moved")
 
-// WithClaims makes Write decide each row's file through c (ADR 0024):
+// WithClaims makes Write decide each row's file through c (ADR 0027):
 //
 //   - it claims the episode for a new file name (create-only), and
 //     creates the file (a create, never a replacement: S3 If-None-Match,

@@ -44,7 +44,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 		return fmt.Errorf("verifier: %w", err)
 	}
 	// Every verifier writing to the store decides through the same claims
-	// which file holds an episode, so none stores one twice (ADR 0024).
+	// which file holds an episode, so none stores one twice (ADR 0027).
 	cl, err := openClaims(ctx, conn)
 	if err != nil {
 		return fmt.Errorf("verifier: %w", err)
