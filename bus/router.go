@@ -66,9 +66,14 @@ func Handle[In schemas.Validator](rt *Router, name string, o HandlerOptions, h f
 	if o.Concurrency < 1 {
 		o.Concurrency = 1
 	}
-	cons, err := EnsureConsumer(context.Background(), rt.conn, o.ConsumerOptions)
+	cons, err := rt.consumer(o.ConsumerOptions)
 	if err != nil {
 		return err
+	}
+	if !rt.conn.creates {
+		// The provisioner's ack wait is the one JetStream applies: keep
+		// the handler alive (in-progress acks) by it.
+		o.AckWait = cons.CachedInfo().Config.AckWait
 	}
 	rt.Metrics.track(o.Stream, o.Durable)
 	deadLetters := o.Stream == schemas.StreamDeadLetter
@@ -99,6 +104,17 @@ func Handle[In schemas.Validator](rt *Router, name string, o HandlerOptions, h f
 		rt.r.AddConsumerHandler(fmt.Sprintf("%s-%d", name, i), o.Subject.Wildcard(), sub, hf)
 	}
 	return nil
+}
+
+// consumer creates the durable consumer of o, or verifies that the
+// provisioner did when the connection does not create (ProvisionMode).
+func (rt *Router) consumer(o ConsumerOptions) (jetstream.Consumer, error) {
+	if rt.conn.creates {
+		return EnsureConsumer(context.Background(), rt.conn, o)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return verifyConsumer(ctx, rt.conn, o)
 }
 
 // call runs h with the message's headers in its context, sending
