@@ -26,6 +26,7 @@ type Conn struct {
 	// creates: this connection creates the streams and durable consumers
 	// it uses rather than verifying them (see ProvisionMode).
 	creates bool
+	refused *refusals
 
 	blobs blobs
 }
@@ -131,6 +132,7 @@ func dial(url, name string, log *slog.Logger, cfg connectConfig) (*Conn, error) 
 	if err != nil {
 		return nil, err
 	}
+	refused := &refusals{}
 	nopts := append(append(tlsOpts, authOpts...),
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -148,6 +150,7 @@ func dial(url, name string, log *slog.Logger, cfg connectConfig) (*Conn, error) 
 				subj = sub.Subject
 			}
 			if isPermissionViolation(err) {
+				refused.note(err)
 				log.Error("nats refused an operation this user is not allowed (see deploy/nats)", "auth", cfg.auth.String(), "subscription", subj, "err", err)
 				return
 			}
@@ -163,7 +166,7 @@ func dial(url, name string, log *slog.Logger, cfg connectConfig) (*Conn, error) 
 		nc.Close()
 		return nil, fmt.Errorf("jetstream on %s: %w", schemas.RedactURL(url), err)
 	}
-	return &Conn{nc: nc, js: js, log: log, creates: cfg.provision.creates(url, cfg.auth)}, nil
+	return &Conn{nc: nc, js: js, log: log, creates: cfg.provision.creates(url, cfg.auth), refused: refused}, nil
 }
 
 func connectError(url string, err error) error {
