@@ -1,6 +1,9 @@
 // Package bus is the only medgym code that knows about NATS JetStream acks.
 //
-// It creates the streams, consumers and key-value buckets named in schemas,
+// It creates the streams, consumers and key-value buckets named in schemas
+// (Provision, run once by `medgym nats provision` as the admin user on a
+// server with users; without credentials every process creates them, see
+// ProvisionMode and PrepareStreams; with them, processes only verify),
 // publishes messages with deterministic Nats-Msg-Id headers (so a re-publish
 // after a crash is dropped by the stream's duplicate window), and runs typed
 // handlers on a Watermill Router over its own JetStream subscriber.

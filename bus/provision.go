@@ -147,6 +147,15 @@ var Durables = []Durable{
 // store (EnsureStreams) and every durable consumer (Durables). It is what
 // `medgym nats provision` runs, as the one user allowed to.
 func Provision(ctx context.Context, c *Conn, o StreamOptions) error {
+	// A user without the right gets no answer from JetStream but an
+	// asynchronous permissions violation, which a request would wait out:
+	// ask once with a body the server refuses harmlessly (a stream name
+	// that does not match the subject's) and stop at the violation.
+	if _, err := c.Request(ctx, "$JS.API.STREAM.UPDATE."+schemas.StreamRuns, []byte(`{"name":"-"}`)); errors.Is(err, ErrRefused) {
+		return fmt.Errorf("this NATS user may not create or update streams: %w", ErrNotProvisioned)
+	} else if err != nil {
+		return fmt.Errorf("provision: %w", err)
+	}
 	if err := EnsureStreams(ctx, c, o); err != nil {
 		return err
 	}
