@@ -38,7 +38,7 @@ type permCase struct {
 const (
 	scores  = schemas.StreamScores
 	forgeTx = `{"name":"MEDGYM_SCORES","subjects":["medgym.episode.scored.>"],"storage":"file","retention":"limits",` +
-		`"sources":[{"name":"MEDGYM_RUNS","filter_subject":"medgym.run.submitted.forge.*",` +
+		`"sources":[{"name":"MEDGYM_RUNS",` +
 		`"subject_transforms":[{"src":"medgym.run.submitted.forge.*","dest":"medgym.episode.scored.{{wildcard(1)}}"}]}]}`
 	fetchNoWait = `{"batch":1,"no_wait":true}`
 )
