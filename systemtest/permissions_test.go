@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/cmd/medgym/cli"
 	"github.com/medgym/medgym/schemas"
 )
 
@@ -109,7 +110,8 @@ func permMatrix() []permCase {
 }
 
 // TestDeployNATSPermissionMatrix runs nats-server with deploy/nats's
-// config, provisions as admin (`medgym nats provision`'s bus.Provision),
+// config, provisions as admin with `medgym nats provision` (refused at
+// once as a service's user; `medgym nats verify` as one then passes),
 // and sends every request of permMatrix as every user: each is answered
 // for the users the row allows and refused with a permissions violation
 // for the others. The attacks among the rows (a source with a subject
@@ -135,8 +137,24 @@ func TestDeployNATSPermissionMatrix(t *testing.T) {
 	if !errors.Is(err, bus.ErrNotProvisioned) || !strings.Contains(err.Error(), "medgym nats provision") {
 		t.Fatalf("a service verifying unprovisioned streams: %v, want ErrNotProvisioned naming `medgym nats provision`", err)
 	}
-	if err := bus.Provision(ctx, conns["admin"], bus.StreamOptions{}); err != nil {
-		t.Fatalf("admin: provision: %v", err)
+	// `medgym nats provision` as a service's user is refused at once;
+	// as admin it provisions, and `medgym nats verify` as a service's user
+	// then passes.
+	nats := func(user string, args ...string) (string, error) {
+		t.Setenv(bus.EnvNATSUser, user)
+		t.Setenv(bus.EnvNATSPassword, pw[user].Password)
+		var out, errs strings.Builder
+		err := cli.Run(ctx, append(append([]string{"nats"}, args...), "--nats", url), &out, &errs)
+		return out.String() + errs.String(), err
+	}
+	if out, err := nats("verifier", "provision"); !errors.Is(err, bus.ErrNotProvisioned) {
+		t.Fatalf("medgym nats provision as verifier: %v\n%s", err, out)
+	}
+	if out, err := nats("admin", "provision"); err != nil {
+		t.Fatalf("medgym nats provision as admin: %v\n%s", err, out)
+	}
+	if out, err := nats("verifier", "verify"); err != nil || !strings.Contains(out, "as provisioned") {
+		t.Fatalf("medgym nats verify as verifier: %v\n%s", err, out)
 	}
 	for _, u := range matrixRoles {
 		if conns[u].Creates() {
