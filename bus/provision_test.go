@@ -174,3 +174,29 @@ func TestVerifyFindsWhatProvisionDidNot(t *testing.T) {
 		}
 	}
 }
+
+// TestPoisonFrom: a poison copy published on a stream's poison subject
+// (the only ones a service's user may publish, for the streams it
+// consumes) counts only when it names a subject of that stream, so a
+// sandbox-worker cannot fail an episode by "dead-lettering" its request
+// or its result; the dispatcher's own dead letters are not checked.
+func TestPoisonFrom(t *testing.T) {
+	poison := func(stream string) string { return schemas.DeadLetter.For(bus.PoisonKind(stream)) }
+	for _, c := range []struct {
+		subject, dead string
+		want          bool
+	}{
+		{poison(schemas.StreamActions), schemas.ActionRequested.For("r1"), true},
+		{poison(schemas.StreamActions), schemas.EpisodeRequested.For("r1"), false},
+		{poison(schemas.StreamActions), schemas.EpisodeCompleted.For("r1"), false},
+		{poison(schemas.StreamActions), "", false},
+		{poison(schemas.StreamResults), schemas.EpisodeCompleted.For("r1"), true},
+		{poison("NOT_A_STREAM"), schemas.ActionRequested.For("r1"), false},
+		{schemas.DeadLetter.For("poison"), schemas.EpisodeRequested.For("r1"), true},
+		{schemas.DeadLetter.For("maxdeliveries"), schemas.EpisodeRequested.For("r1"), true},
+	} {
+		if got := bus.PoisonFrom(c.subject, c.dead); got != c.want {
+			t.Errorf("PoisonFrom(%s, %q) = %v, want %v", c.subject, c.dead, got, c.want)
+		}
+	}
+}

@@ -162,6 +162,28 @@ func (rt *Router) settle(ctx context.Context, handler string, err error) error {
 	return nil
 }
 
+// PoisonKind is the last tokens of the subject a poison copy of a message
+// of stream goes to: medgym.deadletter.poison.<stream>. Each service's
+// NATS user may publish only the poison subjects of the streams it
+// consumes, and PoisonFrom checks the copy names a subject of that stream,
+// so a service cannot dead-letter (fail) episodes of another stage.
+func PoisonKind(stream string) string { return "poison." + stream }
+
+// PoisonFrom says whether a dead letter delivered on subject may name
+// deadSubject (its HeaderDeadSubject) as the subject it was copied from:
+// a poison copy of stream S (medgym.deadletter.poison.S) only a subject of
+// S. Other dead letters (the dispatcher's, and poison copies of older
+// versions, which only the dispatcher's user may publish under deploy/nats)
+// are not checked.
+func PoisonFrom(subject, deadSubject string) bool {
+	stream, ok := strings.CutPrefix(subject, schemas.DeadLetter.For("poison."))
+	if !ok {
+		return true
+	}
+	family, ok := schemas.StreamSubjects[stream]
+	return ok && strings.HasPrefix(deadSubject, string(family)+".")
+}
+
 // poison copies jm to the dead-letter stream. The copy's Nats-Msg-Id is
 // deadLetterID of the original, so a redelivered poison message is one
 // dead letter, and the first reason and subject recorded stay.
@@ -170,7 +192,7 @@ func poison(ctx context.Context, conn *Conn, jm jetstream.Msg, reason error) err
 	if err != nil {
 		return fmt.Errorf("dead letter: metadata of %s: %w", jm.Subject(), err)
 	}
-	dl := deadLetterMsg("poison", jm.Data(), jm.Headers(), jm.Subject(), reason.Error(), md.Stream, md.Sequence.Stream)
+	dl := deadLetterMsg(PoisonKind(md.Stream), jm.Data(), jm.Headers(), jm.Subject(), reason.Error(), md.Stream, md.Sequence.Stream)
 	if _, err := conn.js.PublishMsg(ctx, dl); err != nil {
 		return fmt.Errorf("dead letter: publish copy of %s: %w", jm.Subject(), err)
 	}

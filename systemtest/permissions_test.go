@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,8 +22,7 @@ import (
 // (admin, which may do everything, last).
 var matrixRoles = []string{"dispatcher", "llm-worker", "sandbox-worker", "verifier", "env-server", "client", "trainer"}
 
-// services are the roles that move payloads through the blob store and
-// publish poison copies.
+// services are the roles that move payloads through the blob store.
 var services = []string{"dispatcher", "llm-worker", "sandbox-worker", "verifier", "env-server"}
 
 // permCase is one row of the permission matrix: a request (a JetStream API
@@ -93,7 +93,18 @@ func permMatrix() []permCase {
 		{"request an episode", schemas.EpisodeRequested.For("probe"), `{}`, []string{"dispatcher"}},
 		{"publish a score", schemas.EpisodeScored.For("probe"), `{}`, []string{"verifier"}},
 		{"publish a dead letter (not a poison copy)", schemas.DeadLetter.For("probe"), `{}`, []string{"dispatcher"}},
-		{"publish a poison copy", string(schemas.DeadLetter) + ".poison", `{}`, services},
+		{"publish a poison copy without its stream", schemas.DeadLetter.For("poison"), `{}`, []string{"dispatcher"}},
+	}
+	// Poison copies: each service of the messages of the streams it consumes.
+	poisoners := map[string][]string{}
+	for _, d := range bus.Durables {
+		if !slices.Contains(poisoners[d.Stream], d.Owner) {
+			poisoners[d.Stream] = append(poisoners[d.Stream], d.Owner)
+		}
+	}
+	for _, stream := range slices.Sorted(maps.Keys(schemas.StreamSubjects)) {
+		who := append([]string{"dispatcher"}, poisoners[stream]...)
+		rows = append(rows, permCase{"publish a poison copy of a " + stream + " message", schemas.DeadLetter.For(bus.PoisonKind(stream)), `{}`, who})
 	}
 	for _, d := range bus.Durables {
 		c := "$JS.API.CONSUMER."
