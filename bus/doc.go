@@ -19,8 +19,9 @@
 //     dead-lettered, so a flood of it cannot evict the dead letters that
 //     matter.
 //   - handler returns Permanent(err): a copy goes to the dead-letter stream
-//     (subject medgym.deadletter.poison) with the reason and original
-//     subject as headers, then the message is acked. The copy's
+//     (subject medgym.deadletter.poison.<stream>, PoisonKind; a copy naming
+//     a subject of another stream is ignored, PoisonFrom) with the reason
+//     and original subject as headers, then the message is acked. The copy's
 //     Nats-Msg-Id is dead/<stream>/<stream sequence>, so redeliveries of one
 //     message make one dead letter, and a message that already carries a
 //     reason (a replayed dead letter) keeps its first one.
