@@ -23,6 +23,10 @@ type Conn struct {
 	nc  *nats.Conn
 	js  jetstream.JetStream
 	log *slog.Logger
+	// creates: this connection creates the streams and durable consumers
+	// it uses rather than verifying them (see ProvisionMode).
+	creates bool
+	refused *refusals
 
 	blobs blobs
 }
@@ -69,6 +73,8 @@ type connectConfig struct {
 	// until ctx is done). Unset: fail at once.
 	wait    bool
 	waitFor time.Duration
+
+	provision ProvisionMode
 
 	// Start only.
 	streams         StreamOptions
@@ -126,6 +132,7 @@ func dial(url, name string, log *slog.Logger, cfg connectConfig) (*Conn, error) 
 	if err != nil {
 		return nil, err
 	}
+	refused := &refusals{}
 	nopts := append(append(tlsOpts, authOpts...),
 		nats.Name(name),
 		nats.MaxReconnects(-1),
@@ -143,6 +150,7 @@ func dial(url, name string, log *slog.Logger, cfg connectConfig) (*Conn, error) 
 				subj = sub.Subject
 			}
 			if isPermissionViolation(err) {
+				refused.note(err)
 				log.Error("nats refused an operation this user is not allowed (see deploy/nats)", "auth", cfg.auth.String(), "subscription", subj, "err", err)
 				return
 			}
@@ -158,7 +166,7 @@ func dial(url, name string, log *slog.Logger, cfg connectConfig) (*Conn, error) 
 		nc.Close()
 		return nil, fmt.Errorf("jetstream on %s: %w", schemas.RedactURL(url), err)
 	}
-	return &Conn{nc: nc, js: js, log: log}, nil
+	return &Conn{nc: nc, js: js, log: log, creates: cfg.provision.creates(url, cfg.auth), refused: refused}, nil
 }
 
 func connectError(url string, err error) error {
@@ -279,8 +287,9 @@ func (c *Conn) Publish(ctx context.Context, subject, msgID string, v schemas.Val
 
 // Start is what every service's main does first: connect to url (one URL
 // or several seeds, comma-separated; WithConnectTimeout waits for it),
-// create the streams and buckets
-// (WithStreams: replicas and placement), and serve /metrics and /healthz on
+// create the streams and buckets (WithStreams: replicas and placement) or,
+// on a server with users, verify that `medgym nats provision` did
+// (PrepareStreams, WithProvision), and serve /metrics and /healthz on
 // metricsAddr (empty: none; a port of 0 picks a free one, which is logged).
 // A metrics address that cannot be bound (another worker of the same kind
 // on this host holds the default port) is a warning and the service runs
@@ -318,7 +327,7 @@ func Start(ctx context.Context, url, name, metricsAddr string, log *slog.Logger,
 		conn.nc.Close()
 		return fail(err)
 	}
-	if err := EnsureStreams(ctx, conn, cfg.streams); err != nil {
+	if err := PrepareStreams(ctx, conn, cfg.streams); err != nil {
 		conn.Close()
 		return fail(err)
 	}

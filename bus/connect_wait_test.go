@@ -71,7 +71,10 @@ func TestStartWaitsForNATS(t *testing.T) {
 	done := make(chan started, 1)
 	errs := make(chan error, 1)
 	go func() {
-		conn, _, err := bus.Start(ctx, url, "early", "127.0.0.1:0", slog.New(slog.NewTextHandler(&logs, nil)), bus.WithConnectTimeout(0))
+		// The URL carries a password, so Start would only verify: this
+		// server has no users and nothing provisioned, so create.
+		conn, _, err := bus.Start(ctx, url, "early", "127.0.0.1:0", slog.New(slog.NewTextHandler(&logs, nil)), bus.WithConnectTimeout(0),
+			bus.WithProvision(bus.ProvisionCreate))
 		if err != nil {
 			errs <- err
 		}

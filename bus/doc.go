@@ -1,6 +1,9 @@
 // Package bus is the only medgym code that knows about NATS JetStream acks.
 //
-// It creates the streams, consumers and key-value buckets named in schemas,
+// It creates the streams, consumers and key-value buckets named in schemas
+// (Provision, run once by `medgym nats provision` as the admin user on a
+// server with users; without credentials every process creates them, see
+// ProvisionMode and PrepareStreams; with them, processes only verify),
 // publishes messages with deterministic Nats-Msg-Id headers (so a re-publish
 // after a crash is dropped by the stream's duplicate window), and runs typed
 // handlers on a Watermill Router over its own JetStream subscriber.
@@ -16,8 +19,9 @@
 //     dead-lettered, so a flood of it cannot evict the dead letters that
 //     matter.
 //   - handler returns Permanent(err): a copy goes to the dead-letter stream
-//     (subject medgym.deadletter.poison) with the reason and original
-//     subject as headers, then the message is acked. The copy's
+//     (subject medgym.deadletter.poison.<stream>, PoisonKind; a copy naming
+//     a subject of another stream is ignored, PoisonFrom) with the reason
+//     and original subject as headers, then the message is acked. The copy's
 //     Nats-Msg-Id is dead/<stream>/<stream sequence>, so redeliveries of one
 //     message make one dead letter, and a message that already carries a
 //     reason (a replayed dead letter) keeps its first one.

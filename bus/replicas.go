@@ -60,15 +60,18 @@ func (o StreamOptions) placed(ctx context.Context, js jetstream.JetStream, strea
 
 // sameStream says whether the stream has the settings EnsureStreams sets.
 func sameStream(have, want jetstream.StreamConfig) bool {
-	unlimited := func(n int64) int64 {
-		if n <= 0 {
-			return -1
-		}
-		return n
-	}
 	return slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.Storage == want.Storage &&
 		have.MaxAge == want.MaxAge && have.Duplicates == want.Duplicates && have.Discard == want.Discard &&
-		unlimited(have.MaxBytes) == unlimited(want.MaxBytes) && unlimited(have.MaxMsgs) == unlimited(want.MaxMsgs)
+		unlimited(have.MaxBytes) == unlimited(want.MaxBytes) && unlimited(have.MaxMsgs) == unlimited(want.MaxMsgs) &&
+		unlimited(have.MaxMsgsPerSubject) == unlimited(want.MaxMsgsPerSubject) && unlimited(int64(have.MaxMsgSize)) == unlimited(int64(want.MaxMsgSize))
+}
+
+// unlimited is a stream limit with every "no limit" value as -1.
+func unlimited(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 type replicasValue struct {
@@ -114,15 +117,18 @@ func (v *tagsValue) Set(s string) error {
 
 // StartFlags are the flags every service passes to Start besides TLS:
 // --replicas and placement (StreamOptions.RegisterFlags),
-// --metrics-required and --connect-timeout.
+// --metrics-required, --connect-timeout and --provision.
 type StartFlags struct {
 	Streams         StreamOptions
 	MetricsRequired bool
 	// ConnectTimeout bounds the wait for a NATS server not reachable at
 	// start (0: wait until stopped), see WithConnectTimeout.
 	ConnectTimeout time.Duration
+	// Provision: create or only verify the streams and durable consumers
+	// (--provision, see ProvisionMode).
+	Provision ProvisionMode
 
-	timeoutErr error
+	timeoutErr, provisionErr error
 }
 
 // RegisterFlags adds the flags to fs, with environment defaults.
@@ -131,6 +137,7 @@ func (f *StartFlags) RegisterFlags(fs *flag.FlagSet, getenv func(string) string)
 	required, _ := strconv.ParseBool(getenv("MEDGYM_METRICS_REQUIRED"))
 	fs.BoolVar(&f.MetricsRequired, "metrics-required", required, "exit when --metrics cannot be bound, instead of warning and running without metrics (env MEDGYM_METRICS_REQUIRED)")
 	RegisterConnectTimeout(fs, getenv, &f.ConnectTimeout, &f.timeoutErr)
+	RegisterProvisionFlag(fs, getenv, &f.Provision, &f.provisionErr)
 }
 
 // RegisterConnectTimeout adds --connect-timeout to fs, setting *d: its
@@ -187,8 +194,12 @@ func (f StartFlags) Options() ([]ConnectOption, error) {
 	if f.timeoutErr != nil {
 		return nil, f.timeoutErr
 	}
+	if f.provisionErr != nil {
+		return nil, f.provisionErr
+	}
 	if f.ConnectTimeout < 0 {
 		return nil, fmt.Errorf("--connect-timeout %s: must be ≥ 0 (0: wait until stopped)", f.ConnectTimeout)
 	}
-	return []ConnectOption{WithStreams(f.Streams), WithMetricsRequired(f.MetricsRequired), WithConnectTimeout(f.ConnectTimeout)}, nil
+	return []ConnectOption{WithStreams(f.Streams), WithMetricsRequired(f.MetricsRequired), WithConnectTimeout(f.ConnectTimeout),
+		WithProvision(f.Provision)}, nil
 }

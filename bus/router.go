@@ -66,9 +66,14 @@ func Handle[In schemas.Validator](rt *Router, name string, o HandlerOptions, h f
 	if o.Concurrency < 1 {
 		o.Concurrency = 1
 	}
-	cons, err := EnsureConsumer(context.Background(), rt.conn, o.ConsumerOptions)
+	cons, err := rt.consumer(o.ConsumerOptions)
 	if err != nil {
 		return err
+	}
+	if !rt.conn.creates {
+		// The provisioner's ack wait is the one JetStream applies: keep
+		// the handler alive (in-progress acks) by it.
+		o.AckWait = cons.CachedInfo().Config.AckWait
 	}
 	rt.Metrics.track(o.Stream, o.Durable)
 	deadLetters := o.Stream == schemas.StreamDeadLetter
@@ -99,6 +104,17 @@ func Handle[In schemas.Validator](rt *Router, name string, o HandlerOptions, h f
 		rt.r.AddConsumerHandler(fmt.Sprintf("%s-%d", name, i), o.Subject.Wildcard(), sub, hf)
 	}
 	return nil
+}
+
+// consumer creates the durable consumer of o, or verifies that the
+// provisioner did when the connection does not create (ProvisionMode).
+func (rt *Router) consumer(o ConsumerOptions) (jetstream.Consumer, error) {
+	if rt.conn.creates {
+		return EnsureConsumer(context.Background(), rt.conn, o)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return verifyConsumer(ctx, rt.conn, o)
 }
 
 // call runs h with the message's headers in its context, sending
@@ -146,6 +162,28 @@ func (rt *Router) settle(ctx context.Context, handler string, err error) error {
 	return nil
 }
 
+// PoisonKind is the last tokens of the subject a poison copy of a message
+// of stream goes to: medgym.deadletter.poison.<stream>. Each service's
+// NATS user may publish only the poison subjects of the streams it
+// consumes, and PoisonFrom checks the copy names a subject of that stream,
+// so a service cannot dead-letter (fail) episodes of another stage.
+func PoisonKind(stream string) string { return "poison." + stream }
+
+// PoisonFrom says whether a dead letter delivered on subject may name
+// deadSubject (its HeaderDeadSubject) as the subject it was copied from:
+// a poison copy of stream S (medgym.deadletter.poison.S) only a subject of
+// S. Other dead letters (the dispatcher's, and poison copies of older
+// versions, which only the dispatcher's user may publish under deploy/nats)
+// are not checked.
+func PoisonFrom(subject, deadSubject string) bool {
+	stream, ok := strings.CutPrefix(subject, schemas.DeadLetter.For("poison."))
+	if !ok {
+		return true
+	}
+	family, ok := schemas.StreamSubjects[stream]
+	return ok && strings.HasPrefix(deadSubject, string(family)+".")
+}
+
 // poison copies jm to the dead-letter stream. The copy's Nats-Msg-Id is
 // deadLetterID of the original, so a redelivered poison message is one
 // dead letter, and the first reason and subject recorded stay.
@@ -154,7 +192,7 @@ func poison(ctx context.Context, conn *Conn, jm jetstream.Msg, reason error) err
 	if err != nil {
 		return fmt.Errorf("dead letter: metadata of %s: %w", jm.Subject(), err)
 	}
-	dl := deadLetterMsg("poison", jm.Data(), jm.Headers(), jm.Subject(), reason.Error(), md.Stream, md.Sequence.Stream)
+	dl := deadLetterMsg(PoisonKind(md.Stream), jm.Data(), jm.Headers(), jm.Subject(), reason.Error(), md.Stream, md.Sequence.Stream)
 	if _, err := conn.js.PublishMsg(ctx, dl); err != nil {
 		return fmt.Errorf("dead letter: publish copy of %s: %w", jm.Subject(), err)
 	}

@@ -65,30 +65,46 @@ func (o StreamOptions) withDefaults() StreamOptions {
 	return o
 }
 
+// kvBuckets are the key-value buckets EnsureStreams creates.
+var kvBuckets = []string{schemas.BucketRuns, schemas.BucketEpisodes, schemas.BucketCompletions, schemas.BucketEnvSessions}
+
+func (o StreamOptions) storage() jetstream.StorageType {
+	if o.Memory {
+		return jetstream.MemoryStorage
+	}
+	return jetstream.FileStorage
+}
+
+// streamConfig is the configuration EnsureStreams gives stream (o with
+// its defaults), replicas and placement aside.
+func streamConfig(name string, subj schemas.Subject, o StreamOptions) jetstream.StreamConfig {
+	cfg := jetstream.StreamConfig{
+		Name:       name,
+		Subjects:   []string{subj.Wildcard()},
+		Retention:  jetstream.LimitsPolicy,
+		Storage:    o.storage(),
+		MaxAge:     o.MaxAge,
+		Duplicates: o.Duplicates,
+		Discard:    jetstream.DiscardOld,
+	}
+	if name == schemas.StreamDeadLetter {
+		cfg.MaxAge, cfg.MaxBytes, cfg.MaxMsgs = o.DeadLetterMaxAge, o.DeadLetterMaxBytes, o.DeadLetterMaxMsgs
+	}
+	return cfg
+}
+
 // EnsureStreams creates or updates every stream and key-value bucket named
-// in schemas. Every service calls it at start-up; it is idempotent.
+// in schemas and the blob object store. Provision runs it (`medgym nats
+// provision`), and so does every process whose connection creates (see
+// ProvisionMode and PrepareStreams); it is idempotent.
 func EnsureStreams(ctx context.Context, c *Conn, o StreamOptions) error {
 	js := c.js
 	o = o.withDefaults()
-	storage := jetstream.FileStorage
-	if o.Memory {
-		storage = jetstream.MemoryStorage
-	}
+	storage := o.storage()
 	for name, subj := range schemas.StreamSubjects {
-		cfg := jetstream.StreamConfig{
-			Name:       name,
-			Subjects:   []string{subj.Wildcard()},
-			Retention:  jetstream.LimitsPolicy,
-			Storage:    storage,
-			MaxAge:     o.MaxAge,
-			Duplicates: o.Duplicates,
-			Discard:    jetstream.DiscardOld,
-		}
+		cfg := streamConfig(name, subj, o)
 		var existing *jetstream.StreamConfig
 		cfg.Replicas, cfg.Placement, existing = o.placed(ctx, js, name)
-		if name == schemas.StreamDeadLetter {
-			cfg.MaxAge, cfg.MaxBytes, cfg.MaxMsgs = o.DeadLetterMaxAge, o.DeadLetterMaxBytes, o.DeadLetterMaxMsgs
-		}
 		if existing != nil && sameStream(*existing, cfg) {
 			// Every process of every service ensures every stream at
 			// start; on a cluster an update is a meta-layer proposal, and
@@ -99,7 +115,7 @@ func EnsureStreams(ctx context.Context, c *Conn, o StreamOptions) error {
 			return fmt.Errorf("ensure stream %s: %w", name, err)
 		}
 	}
-	for _, b := range []string{schemas.BucketRuns, schemas.BucketEpisodes, schemas.BucketCompletions, schemas.BucketEnvSessions} {
+	for _, b := range kvBuckets {
 		replicas, placement, _ := o.placed(ctx, js, "KV_"+b)
 		if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: b, Storage: storage, Replicas: replicas, Placement: placement, History: 1,

@@ -143,11 +143,30 @@ func connectAs(t *testing.T, ctx context.Context, url, user string, auth bus.Aut
 	return conn
 }
 
+// provisionAndConnect connects as admin and provisions the streams, buckets
+// and durable consumers (`medgym nats provision`), then connects as each
+// of users, which only verify them (bus.PrepareStreams with credentials).
+func provisionAndConnect(t *testing.T, ctx context.Context, url string, pw map[string]bus.Auth, log *slog.Logger, users ...string) map[string]*bus.Conn {
+	t.Helper()
+	conns := map[string]*bus.Conn{"admin": connectAs(t, ctx, url, "admin", pw["admin"], log.With("user", "admin"))}
+	if err := bus.Provision(ctx, conns["admin"], bus.StreamOptions{}); err != nil {
+		t.Fatalf("admin: provision: %v", err)
+	}
+	for _, u := range users {
+		conns[u] = connectAs(t, ctx, url, u, pw[u], log.With("user", u))
+		if err := bus.PrepareStreams(ctx, conns[u], bus.StreamOptions{}); err != nil {
+			t.Fatalf("%s: verify streams: %v", u, err)
+		}
+	}
+	return conns
+}
+
 // TestDeployNATSAuth runs nats-server with deploy/nats's config: a client
 // without credentials is refused; the llm-worker's user cannot publish a
 // score while the verifier's can; and the whole pipeline, each service
 // with its own user, completes a run submitted by the client user without
-// one permission violation.
+// one permission violation, the streams and durables provisioned by admin
+// and only verified by each service's user.
 func TestDeployNATSAuth(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -162,13 +181,7 @@ func TestDeployNATSAuth(t *testing.T) {
 		t.Fatal("a wrong password connected")
 	}
 
-	conns := map[string]*bus.Conn{}
-	for _, u := range []string{"dispatcher", "llm-worker", "sandbox-worker", "verifier", "client", "admin"} {
-		conns[u] = connectAs(t, ctx, url, u, pw[u], log.With("user", u))
-		if err := bus.EnsureStreams(ctx, conns[u], bus.StreamOptions{}); err != nil {
-			t.Fatalf("%s: ensure streams: %v", u, err)
-		}
-	}
+	conns := provisionAndConnect(t, ctx, url, pw, log, "dispatcher", "llm-worker", "sandbox-worker", "verifier", "client")
 	scores := func() uint64 { return streamMsgsOf(t, ctx, conns["admin"], schemas.StreamScores) }
 	forged := schemas.Score{RunID: "r1", EpisodeID: "e1", Outcome: schemas.OutcomeCorrect, Reward: 1}
 	pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
@@ -287,8 +300,13 @@ func TestDeployNATSNKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		conns[u] = connectAs(t, ctx, url, u, auth, log.With("user", u))
-		if err := bus.EnsureStreams(ctx, conns[u], bus.StreamOptions{}); err != nil {
-			t.Fatalf("%s: ensure streams: %v", u, err)
+	}
+	if err := bus.Provision(ctx, conns["admin"], bus.StreamOptions{}); err != nil {
+		t.Fatalf("admin: provision: %v", err)
+	}
+	for _, u := range []string{"llm-worker", "verifier"} {
+		if err := bus.Verify(ctx, conns[u], bus.StreamOptions{}); err != nil {
+			t.Fatalf("%s: verify: %v", u, err)
 		}
 	}
 	sc := schemas.Score{RunID: "r1", EpisodeID: "e1", Outcome: schemas.OutcomeCorrect, Reward: 1}
@@ -319,13 +337,7 @@ func TestDeployNATSAuthEnvServer(t *testing.T) {
 	url, pw := startDeployNATS(t, false)
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	conns := map[string]*bus.Conn{}
-	for _, u := range []string{"dispatcher", "sandbox-worker", "verifier", "env-server", "admin"} {
-		conns[u] = connectAs(t, ctx, url, u, pw[u], log.With("user", u))
-		if err := bus.EnsureStreams(ctx, conns[u], bus.StreamOptions{}); err != nil {
-			t.Fatalf("%s: ensure streams: %v", u, err)
-		}
-	}
+	conns := provisionAndConnect(t, ctx, url, pw, log, "dispatcher", "sandbox-worker", "verifier", "env-server")
 	canary := "MEDGYM-CANARY-auth-env"
 	lib := canaryLibrary(t, canary)
 	f := baseFlags(t)

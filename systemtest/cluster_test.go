@@ -340,10 +340,11 @@ func TestClusterAcrossHosts(t *testing.T) {
 	}
 	defer admin.Close()
 	tl.add("JetStream cluster answers")
-	// The first process creates the streams at R3 (here the operator's,
-	// as an install would; the services would do the same).
+	// The operator provisions the streams, buckets and durable consumers
+	// at R3 (`medgym nats provision --replicas 3`, as an install does);
+	// the services, each with its own user, only verify them.
 	for err = errors.New("not yet"); err != nil; {
-		if err = bus.EnsureStreams(ctx, admin, bus.StreamOptions{Replicas: 3}); err != nil && ctx.Err() != nil {
+		if err = bus.Provision(ctx, admin, bus.StreamOptions{Replicas: 3}); err != nil && ctx.Err() != nil {
 			t.Fatalf("streams at R3: %v", err)
 		}
 	}

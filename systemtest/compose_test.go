@@ -131,6 +131,11 @@ func TestComposeDeploy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
+	// The image carries the CLI too: the nats-provision service runs
+	// `medgym nats provision` as the admin user before the services verify.
+	if out, err := exec.CommandContext(ctx, "go", "build", "-C", root, "-o", filepath.Join(bin, "medgym"), "./cmd/medgym").CombinedOutput(); err != nil {
+		t.Fatalf("build medgym: %v\n%s", err, out)
+	}
 	images := exec.CommandContext(ctx, filepath.Join(root, "scripts", "compose-images.sh"), bin)
 	images.Stderr = os.Stderr
 	out, err := images.Output()

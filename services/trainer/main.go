@@ -121,11 +121,14 @@ func cmdOnline(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	natsURL := fs.String("nats", os.Getenv("MEDGYM_NATS"), "NATS server URL, or comma-separated seed URLs of a cluster; overrides the config's nats (env MEDGYM_NATS)")
 	var streams bus.StreamOptions
 	streams.RegisterFlags(fs, os.Getenv)
+	var provision bus.ProvisionMode
+	var provisionErr error
+	bus.RegisterProvisionFlag(fs, os.Getenv, &provision, &provisionErr)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if waitErr != nil {
-		return fmt.Errorf("online: %w", waitErr)
+	if err := errors.Join(waitErr, provisionErr); err != nil {
+		return fmt.Errorf("online: %w", err)
 	}
 	if err := streams.Validate(); err != nil {
 		return fmt.Errorf("online: %w", err)
@@ -145,6 +148,6 @@ func cmdOnline(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		cfg.NATS = *natsURL
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
-	_, err = online.Run(ctx, cfg, streams, stdout, log, bus.WithTLS(tlsFiles), bus.WithConnectTimeout(wait))
+	_, err = online.Run(ctx, cfg, streams, stdout, log, bus.WithTLS(tlsFiles), bus.WithConnectTimeout(wait), bus.WithProvision(provision))
 	return err
 }

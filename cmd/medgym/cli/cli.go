@@ -19,6 +19,7 @@ Usage:
   medgym serve    [flags]   run every service in one process against --nats
   medgym env      serve|views [flags]   the environment API (HTTP sessions for RL frameworks; embedded defaults unless --nats)
   medgym cancel   [--drop] [--nats URL] RUN   stop a run: publish nothing more, let episodes in flight finish (or drop them)
+  medgym nats     provision|verify [--nats URL] [--replicas N]   create (as the admin user) or check the streams, buckets and durable consumers
   medgym tasks    stats|show|verify|list [flags]
   medgym sandbox  exec [flags] < code.py
   medgym sandbox  info [--backend bwrap|docker]   the isolation a run gets, probed from inside
@@ -48,6 +49,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdEnv(ctx, rest, stdout, stderr)
 	case "cancel":
 		return cmdCancel(ctx, rest, stdout, stderr)
+	case "nats":
+		return cmdNATS(ctx, rest, stdout, stderr)
 	case "tasks":
 		return cmdTasks(ctx, rest, stdout, stderr)
 	case "sandbox":

@@ -160,16 +160,16 @@ func cmdEnvServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opts := []bus.ConnectOption{bus.WithAuth(auth)}
+	opts := []bus.ConnectOption{bus.WithAuth(auth), bus.WithProvision(bus.ProvisionCreate)}
 	if *nats != "" {
-		opts = append(opts, bus.WithTLS(f.NATSTLS))
+		opts = append(opts, bus.WithTLS(f.NATSTLS), bus.WithProvision(f.Provision))
 	}
 	conn, err := bus.Connect(ctx, url, "medgym-env", log, opts...)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn, f.Streams); err != nil {
+	if err := bus.PrepareStreams(ctx, conn, f.Streams); err != nil {
 		return err
 	}
 	ready := ec.Ready

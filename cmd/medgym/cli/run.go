@@ -401,16 +401,16 @@ func RunSpec(ctx context.Context, spec schemas.RunSpec, f *RunFlags, stderr io.W
 	if err != nil {
 		return RunResult{}, err
 	}
-	connOpts := []bus.ConnectOption{bus.WithAuth(auth)}
+	connOpts := []bus.ConnectOption{bus.WithAuth(auth), bus.WithProvision(bus.ProvisionCreate)}
 	if f.NATS != "" {
-		connOpts = append(connOpts, bus.WithTLS(f.NATSTLS), bus.WithConnectTimeout(f.ConnectTimeout))
+		connOpts = append(connOpts, bus.WithTLS(f.NATSTLS), bus.WithConnectTimeout(f.ConnectTimeout), bus.WithProvision(f.Provision))
 	}
 	conn, err := bus.Connect(ctx, url, "medgym-cli", logger, connOpts...)
 	if err != nil {
 		return RunResult{}, err
 	}
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn, f.Streams); err != nil {
+	if err := bus.PrepareStreams(ctx, conn, f.Streams); err != nil {
 		return RunResult{}, err
 	}
 	svcErr := make(chan error, 1)

@@ -34,12 +34,13 @@ func cmdServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if *connectTimeout < 0 {
 		return fmt.Errorf("--connect-timeout %s: must be ≥ 0 (0: wait until stopped)", *connectTimeout)
 	}
-	conn, err := bus.Connect(ctx, *nats, "medgym-serve", log, bus.WithTLS(f.NATSTLS), bus.WithAuth(auth), bus.WithConnectTimeout(*connectTimeout))
+	conn, err := bus.Connect(ctx, *nats, "medgym-serve", log, bus.WithTLS(f.NATSTLS), bus.WithAuth(auth), bus.WithConnectTimeout(*connectTimeout),
+		bus.WithProvision(f.Provision))
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn, f.Streams); err != nil {
+	if err := bus.PrepareStreams(ctx, conn, f.Streams); err != nil {
 		return err
 	}
 	fmt.Fprintln(stderr, "medgym serve: dispatcher, llm-worker, sandbox-worker and verifier on", schemas.RedactURL(*nats))

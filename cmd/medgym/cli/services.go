@@ -34,7 +34,11 @@ type ServiceFlags struct {
 	MetricsAddr    string
 	NATSTLS        bus.TLS
 	Streams        bus.StreamOptions
-	MaxEpisodes    int
+	// Provision: create the streams and durable consumers, or only verify
+	// them (--provision; bus.ProvisionMode).
+	Provision    bus.ProvisionMode
+	provisionErr error
+	MaxEpisodes  int
 
 	Dispatcher dispatcher.Config
 	LLM        llmworker.Config
@@ -96,6 +100,7 @@ func (f *ServiceFlags) Register(fs *flag.FlagSet) {
 	registerComponent(fs, "sandbox-worker", &f.Sandbox)
 	registerComponent(fs, "verifier", &f.Verifier)
 	f.Streams.RegisterFlags(fs, os.Getenv)
+	bus.RegisterProvisionFlag(fs, os.Getenv, &f.Provision, &f.provisionErr)
 }
 
 // Configs returns the services' configurations with the CLI's shared
@@ -134,7 +139,7 @@ func (f *ServiceFlags) Validate() error {
 	if err := f.Streams.Validate(); err != nil {
 		return err
 	}
-	return nil
+	return f.provisionErr
 }
 
 // StoreOptions are the S3 settings of --store (the verifier's).

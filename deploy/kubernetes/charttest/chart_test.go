@@ -61,12 +61,13 @@ func TestChartRendersStrictly(t *testing.T) {
 	for _, m := range ms {
 		kinds[m.Object.GetObjectKind().GroupVersionKind().Kind]++
 	}
-	for kind, n := range map[string]int{"Deployment": 4, "PodDisruptionBudget": 4, "ScaledObject": 2, "NetworkPolicy": 3, "ConfigMap": 1} {
+	for kind, n := range map[string]int{"Deployment": 4, "PodDisruptionBudget": 4, "ScaledObject": 2, "NetworkPolicy": 3, "ConfigMap": 1, "Job": 1} {
 		if kinds[kind] != n {
 			t.Errorf("%d %s, want %d (all: %v)", kinds[kind], kind, n, kinds)
 		}
 	}
 	noErrors(t, "deployments", CheckDeployments(ms, 3, 3))
+	noErrors(t, "provisioning", CheckProvisionJob(ms, 3, 3))
 	noErrors(t, "library", CheckLibrary(ms))
 	noErrors(t, "sandbox", CheckSandbox(ms, "registry.example.org/medgym/library:verifier-d6d2745419ce"))
 	noErrors(t, "network policies", CheckNetworkPolicies(ms, 8222))

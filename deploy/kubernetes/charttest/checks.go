@@ -12,6 +12,7 @@ import (
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	"github.com/medgym/medgym/schemas"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -148,6 +149,51 @@ func CheckDeployments(ms []Manifest, natsNodes, replicas int) []error {
 		}) {
 			fail(svc, "no PodDisruptionBudget selects its pods")
 		}
+	}
+	return errs
+}
+
+// CheckProvisionJob checks that the chart provisions NATS as the admin
+// user before (and on each upgrade, again) the services verify: a hook Job
+// running `medgym nats provision` with the admin password from its Secret
+// file and the services' seed URLs and replicas.
+func CheckProvisionJob(ms []Manifest, natsNodes, replicas int) []error {
+	var errs []error
+	fail := func(f string, a ...any) { errs = append(errs, fmt.Errorf("nats-provision Job: "+f, a...)) }
+	var job *batchv1.Job
+	for _, j := range Of[*batchv1.Job](ms) {
+		if strings.HasSuffix(j.Name, "-nats-provision") {
+			job = j
+		}
+	}
+	if job == nil {
+		return []error{fmt.Errorf("no nats-provision Job: nothing creates the streams and durables the services only verify")}
+	}
+	if h := job.Annotations["helm.sh/hook"]; !strings.Contains(h, "post-install") || !strings.Contains(h, "post-upgrade") {
+		fail("helm.sh/hook %q, want post-install and post-upgrade", h)
+	}
+	pod := job.Spec.Template.Spec
+	if len(pod.Containers) != 1 {
+		return append(errs, fmt.Errorf("nats-provision Job: %d containers, want 1", len(pod.Containers)))
+	}
+	c := pod.Containers[0]
+	if !slices.Equal(c.Command, []string{"medgym"}) || len(c.Args) < 2 || c.Args[0] != "nats" || c.Args[1] != "provision" {
+		fail("runs %v %v, want medgym nats provision", c.Command, c.Args)
+	}
+	if u, _ := argAfter(c.Args, "--nats"); u != "$(MEDGYM_NATS)" {
+		fail("--nats %q, want $(MEDGYM_NATS)", u)
+	}
+	if e, _ := envValue(c, "MEDGYM_NATS"); len(strings.Split(e.Value, ",")) != natsNodes {
+		fail("MEDGYM_NATS %q: want the %d nodes' seed URLs", e.Value, natsNodes)
+	}
+	if e, _ := envValue(c, "MEDGYM_REPLICAS"); e.Value != strconv.Itoa(replicas) {
+		fail("MEDGYM_REPLICAS %q, want %d", e.Value, replicas)
+	}
+	if e, _ := envValue(c, "MEDGYM_NATS_USER"); e.Value != "admin" {
+		fail("MEDGYM_NATS_USER %q, want admin (the only user that may create streams and consumers)", e.Value)
+	}
+	if !passwordFromSecret(pod, c, "admin") {
+		fail("MEDGYM_NATS_PASSWORD_FILE is not the key admin of a mounted Secret")
 	}
 	return errs
 }

@@ -13,6 +13,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -71,7 +72,12 @@ func Render(dir string, valueFiles ...[]byte) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("render %s: %w", dir, err)
 	}
-	return releaseutil.SplitManifests(rel.Manifest), nil
+	docs := releaseutil.SplitManifests(rel.Manifest)
+	// Hooks (the NATS provisioning Job) are rendered apart from the manifest.
+	for i, h := range rel.Hooks {
+		docs[fmt.Sprintf("hook-%d", i)] = "# Source: " + h.Path + "\n" + h.Manifest
+	}
+	return docs, nil
 }
 
 // Scheme knows the kinds the chart may render: the Kubernetes API groups it
@@ -79,7 +85,7 @@ func Render(dir string, valueFiles ...[]byte) (map[string]string, error) {
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
-		corev1.AddToScheme, appsv1.AddToScheme, policyv1.AddToScheme, networkingv1.AddToScheme,
+		corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme, policyv1.AddToScheme, networkingv1.AddToScheme,
 		kedav1alpha1.AddToScheme,
 	} {
 		if err := add(s); err != nil {

@@ -121,6 +121,11 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 		func(ctx context.Context, dl dispatch.DeadLetter) error {
 			md := bus.Metadata(ctx)
 			dl.Subject, dl.Reason = md[bus.HeaderDeadSubject], md[bus.HeaderDeadReason]
+			if m, ok := bus.Delivery(ctx); ok && !bus.PoisonFrom(m.Subject(), dl.Subject) {
+				// A service's poison copy naming another stage's message:
+				// its user may publish this subject, not fail that episode.
+				return bus.Junkf(bus.JunkDeadLetter, "poison copy on %s names %s, not a message of that stream", m.Subject(), dl.Subject)
+			}
 			return deadLetterJunk(d.DeadLetter(ctx, dl))
 		}); err != nil {
 		return err

@@ -127,7 +127,7 @@ func Run(ctx context.Context, cfg Config, streams bus.StreamOptions, out io.Writ
 		return nil, err
 	}
 	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn, streams); err != nil {
+	if err := bus.PrepareStreams(ctx, conn, streams); err != nil {
 		return nil, err
 	}
 	st, err := store.Open(ctx, cfg.Store, store.Options{})
