@@ -17,7 +17,7 @@ import (
 
 // ProvisionMode says whether a process creates the streams, key-value
 // buckets, object store and durable consumers it uses, or only checks that
-// they exist as Provision made them (docs/adr/0024-provision-once.md).
+// they exist as Provision made them (docs/adr/0028-provision-once.md).
 type ProvisionMode string
 
 const (

@@ -16,7 +16,7 @@ import (
 // cmdNATS is `medgym nats provision|verify`: the one place that creates the
 // streams, buckets, object store and durable consumers on a server with
 // users (deploy/nats), run as its admin user; services running as their
-// own users only verify them (bus.ProvisionMode, ADR 0024).
+// own users only verify them (bus.ProvisionMode, ADR 0028).
 func cmdNATS(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "provision" && args[0] != "verify") {
 		fmt.Fprintln(stderr, "usage: medgym nats provision|verify [--nats URL] [--replicas N] [flags]")
