@@ -114,6 +114,14 @@ func EnsureStreams(ctx context.Context, c *Conn, o StreamOptions) error {
 	}); err != nil {
 		return fmt.Errorf("ensure object store %s: %w", schemas.BucketBlobs, err)
 	}
+	// A claim on a stored episode matters while its result message can
+	// be redelivered: it lives as long as the messages do.
+	replicas, placement, _ = o.placed(ctx, js, "KV_"+schemas.BucketStored)
+	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: schemas.BucketStored, Storage: storage, Replicas: replicas, Placement: placement, History: 1, TTL: o.MaxAge,
+	}); err != nil {
+		return fmt.Errorf("ensure key-value bucket %s: %w", schemas.BucketStored, err)
+	}
 	return nil
 }
 

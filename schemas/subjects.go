@@ -108,6 +108,12 @@ const (
 	// session id of an episode, "n.<run>.<task token>" the next sample
 	// index of a task in a run.
 	BucketEnvSessions = "MEDGYM_ENV_SESSIONS"
+	// BucketStored holds which trajectory file holds each stored episode
+	// (verifier-owned): key "<run>.<episode>", value the file's key in
+	// the store (trajectories/run=…/dataset=…/part-….parquet), created
+	// before the file is and moved only off a file that exists without
+	// the episode, so two verifiers never store one episode twice (ADR 24).
+	BucketStored = "MEDGYM_STORED"
 )
 
 // ValidToken reports whether s can be used as one subject token (run ids,

@@ -15,11 +15,19 @@ import (
 // errNotFound is returned by backend.get for a missing key.
 var errNotFound = errors.New("not found")
 
+// ErrExists is returned (wrapped) by a create-only write of a key that is
+// already there: the write did not happen, the object there is unchanged.
+var ErrExists = errors.New("object exists")
+
 // backend is where objects live: a directory or an S3 bucket prefix. Keys
 // are slash-separated and relative to the store root.
 type backend interface {
-	// put stores data under key durably.
+	// put stores data under key durably, replacing what is there.
 	put(ctx context.Context, key string, data []byte) error
+	// create stores data under key durably if nothing is there yet, as one
+	// atomic step (two creates of one key: exactly one succeeds); else it
+	// returns an error wrapping ErrExists and changes nothing.
+	create(ctx context.Context, key string, data []byte) error
 	// get returns the object's bytes, or an error wrapping errNotFound.
 	get(ctx context.Context, key string) ([]byte, error)
 	// list returns every key under prefix, sorted.
@@ -50,15 +58,44 @@ func (d *dirBackend) locate(key string) string { return d.path(key) }
 // put writes a temporary file in the target directory, syncs it, renames
 // it over the target and syncs the directory, so the object is either
 // wholly there or absent after a crash.
-func (d *dirBackend) put(_ context.Context, key string, data []byte) (err error) {
+func (d *dirBackend) put(_ context.Context, key string, data []byte) error {
+	if err := d.write(key, data, os.Rename); err != nil {
+		return fmt.Errorf("put %s: %w", key, err)
+	}
+	return nil
+}
+
+// create is put with a hard link instead of the rename: link(2) fails
+// when the target exists, so of two creates of one key exactly one lands,
+// and a reader never sees a partial file. The temporary file is removed
+// either way.
+func (d *dirBackend) create(_ context.Context, key string, data []byte) error {
+	err := d.write(key, data, func(tmp, dst string) error {
+		err := os.Link(tmp, dst)
+		_ = os.Remove(tmp)
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%w: %w", ErrExists, err)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("create %s: %w", key, err)
+	}
+	return nil
+}
+
+// write writes data to a synced temporary file beside key's path, hands
+// it to publish (which moves or links it to the target), and syncs the
+// directory.
+func (d *dirBackend) write(key string, data []byte, publish func(tmp, dst string) error) (err error) {
 	dst := d.path(key)
 	dir := filepath.Dir(dst)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("put %s: %w", key, err)
+		return err
 	}
 	f, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
-		return fmt.Errorf("put %s: %w", key, err)
+		return err
 	}
 	defer func() {
 		if err != nil {
@@ -67,16 +104,16 @@ func (d *dirBackend) put(_ context.Context, key string, data []byte) (err error)
 		}
 	}()
 	if _, err = f.Write(data); err != nil {
-		return fmt.Errorf("put %s: %w", key, err)
+		return err
 	}
 	if err = f.Sync(); err != nil {
-		return fmt.Errorf("put %s: sync: %w", key, err)
+		return fmt.Errorf("sync: %w", err)
 	}
 	if err = f.Close(); err != nil {
-		return fmt.Errorf("put %s: %w", key, err)
+		return err
 	}
-	if err = os.Rename(f.Name(), dst); err != nil {
-		return fmt.Errorf("put %s: %w", key, err)
+	if err = publish(f.Name(), dst); err != nil {
+		return err
 	}
 	return syncDir(dir)
 }

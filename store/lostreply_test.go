@@ -8,15 +8,15 @@ import (
 	"github.com/medgym/medgym/schemas/parquet"
 )
 
-// lossyBackend stores every object but reports the first put as failed, like
-// an S3 PUT whose reply is lost when the server dies.
+// lossyBackend stores every object but reports the first create as failed,
+// like an S3 PUT whose reply is lost when the server dies.
 type lossyBackend struct {
 	*dirBackend
 	failed bool
 }
 
-func (l *lossyBackend) put(ctx context.Context, key string, data []byte) error {
-	if err := l.dirBackend.put(ctx, key, data); err != nil {
+func (l *lossyBackend) create(ctx context.Context, key string, data []byte) error {
+	if err := l.dirBackend.create(ctx, key, data); err != nil {
 		return err
 	}
 	if !l.failed {
@@ -28,11 +28,21 @@ func (l *lossyBackend) put(ctx context.Context, key string, data []byte) error {
 
 func TestWriteAfterLostReplyStoresOnce(t *testing.T) {
 	t.Parallel()
+	t.Run("without claims", func(t *testing.T) { testLostReply(t, nil) })
+	// With claims the retry finds its own claim, creates the same file
+	// again, is refused and reads the rows there.
+	t.Run("with claims", func(t *testing.T) { testLostReply(t, NewMemClaims()) })
+}
+
+func testLostReply(t *testing.T, claims Claims) {
 	dir, err := newDirBackend(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Store{url: "lossy", be: &lossyBackend{dirBackend: dir}, seen: map[string]map[string]struct{}{}}
+	s := newStore("lossy", &lossyBackend{dirBackend: dir})
+	if claims != nil {
+		s.WithClaims(claims)
+	}
 	rows := []parquet.Row{
 		{RunID: "r1", EpisodeID: "e1", Dataset: "ds", Outcome: "correct", SchemaVersion: parquet.SchemaVersion},
 		{RunID: "r1", EpisodeID: "e2", Dataset: "ds", Outcome: "incorrect", SchemaVersion: parquet.SchemaVersion},

@@ -129,17 +129,38 @@ func (b *s3Backend) explain(err error) error {
 
 func (b *s3Backend) locate(key string) string { return "s3://" + b.bucket + "/" + b.prefix + key }
 
+func putOptions() minio.PutObjectOptions {
+	return minio.PutObjectOptions{
+		ContentType: "application/octet-stream",
+		PartSize:    partSize,
+		// Send the body unsigned: minio-go's streaming signature breaks
+		// some S3 fakes on multipart uploads (see notes/deps.md 1.4).
+		DisableContentSha256: true,
+	}
+}
+
 func (b *s3Backend) put(ctx context.Context, key string, data []byte) error {
-	_, err := b.client.PutObject(ctx, b.bucket, b.prefix+key, bytes.NewReader(data), int64(len(data)),
-		minio.PutObjectOptions{
-			ContentType: "application/octet-stream",
-			PartSize:    partSize,
-			// Send the body unsigned: minio-go's streaming signature breaks
-			// some S3 fakes on multipart uploads (see notes/deps.md 1.4).
-			DisableContentSha256: true,
-		})
+	_, err := b.client.PutObject(ctx, b.bucket, b.prefix+key, bytes.NewReader(data), int64(len(data)), putOptions())
 	if err != nil {
 		return fmt.Errorf("put %s: %w", key, b.explain(err))
+	}
+	return nil
+}
+
+// create is a conditional PUT (If-None-Match: *, which S3 and MinIO
+// check atomically, on a multipart upload when it completes): 412
+// Precondition Failed means another writer's object is there. A retried
+// request whose first try landed (its reply lost) is refused the same
+// way, and the caller reads what is there.
+func (b *s3Backend) create(ctx context.Context, key string, data []byte) error {
+	opt := putOptions()
+	opt.SetMatchETagExcept("*")
+	_, err := b.client.PutObject(ctx, b.bucket, b.prefix+key, bytes.NewReader(data), int64(len(data)), opt)
+	if err != nil {
+		if r := minio.ToErrorResponse(err); r.StatusCode == http.StatusPreconditionFailed || r.Code == "PreconditionFailed" {
+			return fmt.Errorf("create %s: %w: %w", key, ErrExists, err)
+		}
+		return fmt.Errorf("create %s: %w", key, b.explain(err))
 	}
 	return nil
 }

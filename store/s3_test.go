@@ -24,6 +24,8 @@ func TestS3Store(t *testing.T) {
 		return st
 	}
 	t.Run("conformance", func(t *testing.T) { testStore(t, open) })
+	t.Run("create", func(t *testing.T) { testCreate(t, open(t)) })
+	t.Run("claims", func(t *testing.T) { testClaims(t, open) })
 
 	t.Run("env fallback", func(t *testing.T) {
 		t.Setenv("AWS_ENDPOINT_URL", "http://"+endpoint)

@@ -87,11 +87,57 @@ type Store struct {
 	be          backend
 	rowGroupLen int64
 
+	// claims, when set, decide which file holds each episode (WithClaims).
+	claims Claims
+
 	// writeMu serialises Write so the check for stored episodes and the
 	// recording of new ones cannot interleave.
 	writeMu sync.Mutex
-	mu      sync.Mutex                     // guards seen
+	mu      sync.Mutex                     // guards seen and sealed
 	seen    map[string]map[string]struct{} // run id → stored episode ids
+	// sealed is, per part file this Store found already created by
+	// another writer, the episode ids it holds.
+	sealed map[string]map[string]struct{}
+}
+
+// Claims record which part file holds each episode's row, shared by every
+// process that writes to the store (the verifier's are a JetStream
+// key-value bucket). With them, a Store writes each episode once whatever
+// the number of writers and wherever one of them stops: see WithClaims.
+type Claims interface {
+	// Claim records part (a key Write chose) as the file of the run's
+	// episode unless one is recorded already. It returns the recorded
+	// part (part itself when this call recorded it, or an earlier call
+	// whose reply was lost) and its revision.
+	Claim(ctx context.Context, runID, episodeID, part string) (cur string, rev uint64, err error)
+	// Move records part in place of the claim at revision rev; an error
+	// wrapping ErrClaimMoved when the claim is no longer at rev.
+	Move(ctx context.Context, runID, episodeID, part string, rev uint64) error
+}
+
+// ErrClaimMoved is returned by Claims.Move when the claim changed since
+// it was read.
+var ErrClaimMoved = errors.New("claim moved")
+
+// WithClaims makes Write decide each row's file through c (ADR 0024):
+//
+//   - it claims the episode for a new file name (create-only), and
+//     creates the file (a create, never a replacement: S3 If-None-Match,
+//     a hard link in a directory);
+//   - an episode claimed by another writer whose file is not there yet
+//     (that writer stopped or is slow) goes into that same file name,
+//     so of the two writers exactly one creates it; the loser reads the
+//     file and counts the rows in it as stored;
+//   - an episode whose claimed file exists without it moves its claim
+//     (compare-and-set) to a new file.
+//
+// A file is only ever written under a name an episode's claim held when
+// the file was created, and a claim moves off a file only once that file
+// exists without the episode, so no episode is in two files. Call it
+// before the first Write.
+func (s *Store) WithClaims(c Claims) *Store {
+	s.claims = c
+	return s
 }
 
 // Open opens the store at url: a directory path (created if missing) or
@@ -103,7 +149,8 @@ func Open(ctx context.Context, url string, opt Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", url, err)
 	}
-	s := &Store{url: url, rowGroupLen: opt.RowGroupLength, seen: map[string]map[string]struct{}{}}
+	s := newStore(url, nil)
+	s.rowGroupLen = opt.RowGroupLength
 	switch {
 	case url == "":
 		return nil, errors.New("open store: empty url (want a directory or s3://bucket/prefix)")
@@ -123,6 +170,10 @@ func Open(ctx context.Context, url string, opt Options) (*Store, error) {
 		s.be = be
 	}
 	return s, nil
+}
+
+func newStore(url string, be backend) *Store {
+	return &Store{url: url, be: be, seen: map[string]map[string]struct{}{}, sealed: map[string]map[string]struct{}{}}
 }
 
 // String returns the store's url, for logs.
@@ -163,10 +214,12 @@ func (s *Store) CheckWritable(ctx context.Context) error {
 func runPrefix(runID string) string { return Root + "run=" + runID + "/" }
 
 // Write stores rows durably and returns the keys of the files written (one
-// per run and dataset present among the new rows). Rows whose episode is
+// per run and dataset present among the new rows, and one per file another
+// writer claimed but did not write; see WithClaims). Rows whose episode is
 // already stored for their run, or repeated within rows, are skipped; if
 // nothing is new, no file is written and the result is empty. Every row
 // needs a valid run id, episode id and dataset (letters, digits, - and _).
+// Files are created, never replaced.
 //
 // On error, the keys of the files already written are returned with it;
 // their rows count as stored, so retrying the same rows writes only the
@@ -182,9 +235,7 @@ func (s *Store) Write(ctx context.Context, rows []parquet.Row) ([]string, error)
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 
-	type group struct{ run, dataset string }
-	groups := map[group][]parquet.Row{}
-	var order []group
+	var todo []parquet.Row
 	fresh := map[string]map[string]struct{}{} // episodes taken in this call
 	for _, r := range rows {
 		stored, err := s.has(ctx, r.RunID, r.EpisodeID)
@@ -201,39 +252,217 @@ func (s *Store) Write(ctx context.Context, rows []parquet.Row) ([]string, error)
 			fresh[r.RunID] = map[string]struct{}{}
 		}
 		fresh[r.RunID][r.EpisodeID] = struct{}{}
-		g := group{r.RunID, r.Dataset}
-		if _, ok := groups[g]; !ok {
-			order = append(order, g)
-		}
-		groups[g] = append(groups[g], r)
+		todo = append(todo, r)
 	}
-
+	if s.claims == nil {
+		return s.writeUnclaimed(ctx, todo)
+	}
 	var keys []string
-	for _, g := range order {
-		part := groups[g]
-		var buf bytes.Buffer
-		if err := parquet.Write(&buf, part, s.rowGroupLen); err != nil {
-			return keys, fmt.Errorf("write trajectories run %s dataset %s: %w", g.run, g.dataset, err)
+	for attempt := 0; len(todo) > 0; attempt++ {
+		if attempt == maxClaimRounds {
+			return keys, fmt.Errorf("write trajectories: episode %s of run %s: its claim kept moving (%d rounds); retry later",
+				todo[0].EpisodeID, todo[0].RunID, maxClaimRounds)
 		}
-		key := runPrefix(g.run) + "dataset=" + g.dataset + "/" + partName()
-		if err := s.be.put(ctx, key, buf.Bytes()); err != nil {
+		plan, again, err := s.claim(ctx, todo)
+		if err != nil {
+			return keys, err
+		}
+		todo = again
+		for _, key := range plan.order {
+			part := plan.rows[key]
+			err := s.create(ctx, key, part)
+			switch {
+			case err == nil:
+				keys = append(keys, key)
+				s.markStored(part)
+			case errors.Is(err, ErrExists):
+				// Another writer created the file first (or this one,
+				// its reply lost): the rows it holds are stored, the
+				// others go round again and find the file sealed.
+				ids, err := s.partIDs(ctx, key)
+				if err != nil {
+					return keys, err
+				}
+				for _, r := range part {
+					if _, ok := ids[r.EpisodeID]; ok {
+						s.markStored([]parquet.Row{r})
+					} else {
+						todo = append(todo, r)
+					}
+				}
+			default:
+				return keys, err
+			}
+		}
+	}
+	return keys, nil
+}
+
+// maxClaimRounds bounds Write's rounds of claiming and writing: a round
+// ends with every row stored or its claim moved on by another writer.
+const maxClaimRounds = 4
+
+// writeUnclaimed is Write without Claims: one new file per run and dataset.
+func (s *Store) writeUnclaimed(ctx context.Context, rows []parquet.Row) ([]string, error) {
+	var keys []string
+	plan := newPlan()
+	for _, r := range rows {
+		plan.add(plan.fresh(r), r)
+	}
+	for _, key := range plan.order {
+		part := plan.rows[key]
+		if err := s.create(ctx, key, part); err != nil {
 			// The object may have landed although the call failed (the
 			// reply was lost): forget what we know of this run, so the
 			// retry re-reads the stored episode ids and writes no row twice.
 			s.mu.Lock()
-			delete(s.seen, g.run)
+			delete(s.seen, part[0].RunID)
 			s.mu.Unlock()
-			return keys, fmt.Errorf("write trajectories run %s dataset %s: %w", g.run, g.dataset, err)
+			return keys, err
 		}
-		s.mu.Lock()
-		for _, r := range part {
-			s.seen[g.run][r.EpisodeID] = struct{}{}
-		}
-		s.mu.Unlock()
+		s.markStored(part)
 		keys = append(keys, key)
 	}
 	return keys, nil
 }
+
+// plan is the files one round of Write creates: key → rows, in order.
+type plan struct {
+	order  []string
+	rows   map[string][]parquet.Row
+	byRunD map[[2]string]string // (run, dataset) → this round's new file
+}
+
+func newPlan() *plan { return &plan{rows: map[string][]parquet.Row{}, byRunD: map[[2]string]string{}} }
+
+// fresh returns this round's new file for r's run and dataset.
+func (p *plan) fresh(r parquet.Row) string {
+	g := [2]string{r.RunID, r.Dataset}
+	key, ok := p.byRunD[g]
+	if !ok {
+		key = partDir(r.RunID, r.Dataset) + partName()
+		p.byRunD[g] = key
+	}
+	return key
+}
+
+func (p *plan) add(key string, r parquet.Row) {
+	if _, ok := p.rows[key]; !ok {
+		p.order = append(p.order, key)
+	}
+	p.rows[key] = append(p.rows[key], r)
+}
+
+// claim decides the file of every row: this round's new file when the
+// row's claim is new (or moved here from a file known to lack it), the
+// claimed file when another writer claimed it but the file is not known to
+// exist (written here, the other writer's create then fails), or none when
+// the claimed file holds the row (stored). Rows whose claim moved while
+// being decided are returned in again.
+func (s *Store) claim(ctx context.Context, rows []parquet.Row) (*plan, []parquet.Row, error) {
+	p := newPlan()
+	var again []parquet.Row
+	for _, r := range rows {
+		mine := p.fresh(r)
+		cur, rev, err := s.claims.Claim(ctx, r.RunID, r.EpisodeID, mine)
+		if err != nil {
+			return nil, nil, fmt.Errorf("write trajectories: claim episode %s of run %s: %w", r.EpisodeID, r.RunID, err)
+		}
+		if cur == mine {
+			p.add(mine, r)
+			continue
+		}
+		if !validPart(cur, r) {
+			return nil, nil, fmt.Errorf("write trajectories: episode %s of run %s is claimed by %q, not a part file of its run and dataset",
+				r.EpisodeID, r.RunID, cur)
+		}
+		ids, sealed := s.sealedIDs(cur)
+		if !sealed {
+			p.add(cur, r)
+			continue
+		}
+		if _, ok := ids[r.EpisodeID]; ok {
+			s.markStored([]parquet.Row{r})
+			continue
+		}
+		// The claimed file exists without the row (its writer lost the
+		// race for it): the row needs a new file.
+		switch err := s.claims.Move(ctx, r.RunID, r.EpisodeID, mine, rev); {
+		case err == nil:
+			p.add(mine, r)
+		case errors.Is(err, ErrClaimMoved):
+			again = append(again, r)
+		default:
+			return nil, nil, fmt.Errorf("write trajectories: move the claim of episode %s of run %s: %w", r.EpisodeID, r.RunID, err)
+		}
+	}
+	return p, again, nil
+}
+
+// validPart reports whether key names a part file of r's run and dataset.
+func validPart(key string, r parquet.Row) bool {
+	name, ok := strings.CutPrefix(key, partDir(r.RunID, r.Dataset))
+	return ok && !strings.ContainsAny(name, "/\\") && strings.HasPrefix(name, "part-") && strings.HasSuffix(name, ".parquet") &&
+		!strings.Contains(name, "..")
+}
+
+// create encodes rows and creates the file key with them.
+func (s *Store) create(ctx context.Context, key string, rows []parquet.Row) error {
+	var buf bytes.Buffer
+	if err := parquet.Write(&buf, rows, s.rowGroupLen); err != nil {
+		return fmt.Errorf("write trajectories %s: %w", key, err)
+	}
+	if err := s.be.create(ctx, key, buf.Bytes()); err != nil {
+		return fmt.Errorf("write trajectories: %w", err)
+	}
+	return nil
+}
+
+// markStored records rows' episodes as stored.
+func (s *Store) markStored(rows []parquet.Row) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range rows {
+		if s.seen[r.RunID] == nil {
+			s.seen[r.RunID] = map[string]struct{}{}
+		}
+		s.seen[r.RunID][r.EpisodeID] = struct{}{}
+	}
+}
+
+// sealedIDs returns the episode ids of a file this Store read after
+// finding it exists (files are never replaced, so the set is final).
+func (s *Store) sealedIDs(key string) (map[string]struct{}, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids, ok := s.sealed[key]
+	return ids, ok
+}
+
+// partIDs reads the episode ids of the existing file key and remembers them.
+func (s *Store) partIDs(ctx context.Context, key string) (map[string]struct{}, error) {
+	if ids, ok := s.sealedIDs(key); ok {
+		return ids, nil
+	}
+	data, err := s.be.get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("write trajectories: read %s: %w", key, err)
+	}
+	list, err := parquet.ReadEpisodeIDs(ctx, bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("write trajectories: read %s: %w", key, err)
+	}
+	ids := make(map[string]struct{}, len(list))
+	for _, id := range list {
+		ids[id] = struct{}{}
+	}
+	s.mu.Lock()
+	s.sealed[key] = ids
+	s.mu.Unlock()
+	return ids, nil
+}
+
+func partDir(runID, dataset string) string { return runPrefix(runID) + "dataset=" + dataset + "/" }
 
 // partName is unique and sorts by creation time, so "first file in key
 // order" means "first written".

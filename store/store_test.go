@@ -182,16 +182,130 @@ func testStore(t *testing.T, open func(t *testing.T) *store.Store) {
 	}
 }
 
+// testCreate is the conformance of the create-only write that keeps an
+// episode in one file: of concurrent creates of one key exactly one lands
+// (whole), the others fail with ErrExists and change nothing; a create
+// over any existing object fails the same way.
+func testCreate(t *testing.T, st *store.Store) {
+	ctx := t.Context()
+	const key, writers = "trajectories/run=create/dataset=mimic/part-race.parquet", 8
+	errs := make(chan error, writers)
+	for i := range writers {
+		go func() { errs <- store.Create(ctx, st, key, []byte(fmt.Sprintf("writer %d", i))) }()
+	}
+	won := 0
+	for range writers {
+		switch err := <-errs; {
+		case err == nil:
+			won++
+		case !errors.Is(err, store.ErrExists):
+			t.Errorf("losing create: %v, want ErrExists", err)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d of %d concurrent creates of one key succeeded, want exactly 1", won, writers)
+	}
+	got, err := store.Get(ctx, st, key)
+	if err != nil || !strings.HasPrefix(string(got), "writer ") {
+		t.Fatalf("created object = %q, %v", got, err)
+	}
+	if err := store.Create(ctx, st, key, []byte("late")); !errors.Is(err, store.ErrExists) {
+		t.Errorf("create of an existing key: %v, want ErrExists", err)
+	}
+	if again, _ := store.Get(ctx, st, key); !bytes.Equal(again, got) {
+		t.Errorf("a refused create changed the object: %q, was %q", again, got)
+	}
+}
+
+// testClaims: two writers (two verifiers) sharing claims store every
+// episode once, though each learnt the run's stored episodes before the
+// other wrote: redelivered rows already stored by the other are skipped,
+// a claimed file its writer never created is created by the one that
+// meets the claim (and refused to its writer later), and a claim on a
+// file that exists without the episode moves to a new file. Counted over
+// every file, not through ReadRun's dedupe.
+func testClaims(t *testing.T, open func(t *testing.T) *store.Store) {
+	ctx := t.Context()
+	const run = "claims"
+	cl := store.NewMemClaims()
+	a, b := open(t).WithClaims(cl), open(t).WithClaims(cl)
+	r := func(ep, outcome string) parquet.Row { return row(run, ep, "mimic", outcome) }
+	mustWrite := func(s *store.Store, want int, rows ...parquet.Row) []string {
+		t.Helper()
+		keys, err := s.Write(ctx, rows)
+		if err != nil || len(keys) != want {
+			t.Fatalf("write %d rows: keys %v, %v; want %d files", len(rows), keys, err, want)
+		}
+		return keys
+	}
+	// Each writer touches the run first, so each knows its stored episodes
+	// as of now (a Store without claims would store e2 and e3 twice below).
+	mustWrite(a, 1, r("e0", "correct"))
+	mustWrite(b, 1, r("e1", "correct"))
+	// a stores e2 and e3 and cannot ack them; b gets them again, with e4.
+	mustWrite(a, 1, r("e2", "correct"), r("e3", "correct"))
+	e4file := mustWrite(b, 1, r("e2", "incorrect"), r("e3", "incorrect"), r("e4", "correct"))[0]
+
+	// e5 was claimed by a writer that stopped before creating its file.
+	stopped := "trajectories/run=claims/dataset=mimic/part-stopped.parquet"
+	if cur, _, _ := cl.Claim(ctx, run, "e5", stopped); cur != stopped {
+		t.Fatalf("claim e5: %s", cur)
+	}
+	if keys := mustWrite(b, 1, r("e5", "correct")); keys[0] != stopped {
+		t.Fatalf("e5 written to %s, want its claimed file %s", keys[0], stopped)
+	}
+	mustWrite(a, 0, r("e5", "incorrect")) // the stopped writer comes back
+	// e6's claim names a file that exists without it: the claim moves.
+	if _, _, err := cl.Claim(ctx, run, "e6", e4file); err != nil {
+		t.Fatal(err)
+	}
+	moved := mustWrite(a, 1, r("e6", "correct"))[0]
+	if moved == e4file || cl.Part(run, "e6") != moved {
+		t.Fatalf("e6 written to %s, claim %s; want a new file, claimed", moved, cl.Part(run, "e6"))
+	}
+
+	dir := t.TempDir()
+	if err := a.CopyLocal(ctx, run, dir); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "trajectories", "run="+run, "*", "*.parquet"))
+	count := map[string]int{}
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := parquet.Read(ctx, fh)
+		fh.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			count[r.EpisodeID]++
+			if r.EpisodeID != "e0" && r.EpisodeID != "e1" && r.Outcome != "correct" {
+				t.Errorf("%s: stored the second writer's row (outcome %s), want the first's", r.EpisodeID, r.Outcome)
+			}
+		}
+	}
+	want := map[string]int{"e0": 1, "e1": 1, "e2": 1, "e3": 1, "e4": 1, "e5": 1, "e6": 1}
+	if !reflect.DeepEqual(count, want) {
+		t.Errorf("rows per episode over every file = %v, want each once", count)
+	}
+}
+
 func TestDirStore(t *testing.T) {
 	t.Parallel()
 	root := filepath.Join(t.TempDir(), "store")
-	testStore(t, func(t *testing.T) *store.Store {
+	open := func(t *testing.T) *store.Store {
 		st, err := store.Open(t.Context(), root, store.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return st
-	})
+	}
+	testStore(t, open)
+	testCreate(t, open(t))
+	testClaims(t, open)
 	// Nothing temporary is left behind.
 	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err == nil && strings.HasPrefix(d.Name(), ".tmp-") {

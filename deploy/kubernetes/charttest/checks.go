@@ -424,7 +424,8 @@ func CollectUses(ms []Manifest, dashboard []byte) (Uses, error) {
 }
 
 // Buckets are schemas' key-value buckets and object store.
-var Buckets = []string{schemas.BucketRuns, schemas.BucketEpisodes, schemas.BucketBlobs, schemas.BucketCompletions, schemas.BucketEnvSessions}
+var Buckets = []string{schemas.BucketRuns, schemas.BucketEpisodes, schemas.BucketBlobs, schemas.BucketCompletions, schemas.BucketEnvSessions,
+	schemas.BucketStored}
 
 // CheckSchemas checks every stream, bucket and consumer the triggers and
 // the NATS permissions name against schemas.

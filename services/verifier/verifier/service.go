@@ -43,6 +43,13 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if err := st.CheckWritable(ctx); err != nil {
 		return fmt.Errorf("verifier: %w", err)
 	}
+	// Every verifier writing to the store decides through the same claims
+	// which file holds an episode, so none stores one twice (ADR 0024).
+	cl, err := openClaims(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("verifier: %w", err)
+	}
+	st.WithClaims(cl)
 	batch := store.NewBatcher(st, cfg.Concurrency, cfg.BatchAge, log)
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
