@@ -78,7 +78,7 @@ func soakConfigFromEnv(t *testing.T) soakConfig {
 	c.schedule = os.Getenv("MEDGYM_SOAK_SCHEDULE")
 	// Every run must end by itself within this bound: a generous pace
 	// for the episodes plus every fault's own length.
-	c.timeout = 3*time.Minute + time.Duration(c.episodes)*300*time.Millisecond
+	c.timeout = 3*time.Minute + time.Duration(c.episodes)*600*time.Millisecond
 	if d, err := time.ParseDuration(os.Getenv("MEDGYM_SOAK_TIMEOUT")); err == nil {
 		c.timeout = d
 	}
@@ -166,19 +166,26 @@ func parseSchedule(s string) ([]soakFault, error) {
 }
 
 // planSoak draws n faults from seed, at milestones between 5 % and 85 %
-// of the episodes, in milestone order.
+// of the episodes, in milestone order. The first faults drawn take each
+// kind once (in a random order), so that a short schedule meets them all.
 func planSoak(seed uint64, n, episodes int, services []string, minio bool, ackWait time.Duration) []soakFault {
 	rng := rand.New(rand.NewPCG(seed, 0x50a6))
+	each := []string{faultKill, faultPause, faultLongPause, faultNATSKill, faultNATSRestart}
 	kinds := []string{faultKill, faultKill, faultKill, faultPause, faultPause, faultLongPause, faultLongPause, faultNATSKill, faultNATSRestart}
 	if minio {
+		each = append(each, faultMinIO)
 		kinds = append(kinds, faultMinIO)
 	}
+	rng.Shuffle(len(each), func(i, j int) { each[i], each[j] = each[j], each[i] })
 	ms := func(lo, hi time.Duration) time.Duration {
 		return (lo + time.Duration(rng.Int64N(int64(hi-lo)))).Round(100 * time.Millisecond)
 	}
 	out := make([]soakFault, n)
 	for i := range out {
 		f := soakFault{At: episodes/20 + rng.IntN(episodes*8/10+1), Kind: kinds[rng.IntN(len(kinds))]}
+		if i < len(each) {
+			f.Kind = each[i]
+		}
 		switch f.Kind {
 		case faultKill:
 			f.Target = services[rng.IntN(len(services))]
@@ -657,4 +664,34 @@ func printSoak(t *testing.T, reps []soakReport, dead uint64, recs []recovery, rs
 	}
 	w.Flush()
 	t.Logf("soak result:\n%s", b.String())
+}
+
+// TestSoakSchedule: a drawn schedule prints as a string that parses back
+// to the same faults, the same seed draws the same schedule, and every
+// kind is drawn in a schedule as long as the kinds.
+func TestSoakSchedule(t *testing.T) {
+	services := []string{"dispatcher", "llm-worker1", "verifier1"}
+	plan := planSoak(7, 12, 500, services, true, 3*time.Second)
+	if again := planSoak(7, 12, 500, services, true, 3*time.Second); !slices.Equal(plan, again) {
+		t.Fatalf("seed 7 drew %v, then %v", plan, again)
+	}
+	back, err := parseSchedule(formatSchedule(plan))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(plan, back) {
+		t.Fatalf("%s parsed back as %v", formatSchedule(plan), back)
+	}
+	kinds := map[string]bool{}
+	for _, f := range planSoak(3, 6, 200, services, true, 3*time.Second) {
+		kinds[f.Kind] = true
+	}
+	if len(kinds) != 6 {
+		t.Errorf("six faults drew the kinds %v, want all six", kinds)
+	}
+	for _, bad := range []string{"kill@3", "boom@3", "pause:verifier1", "nats-kill@x", "pause:verifier1@3+soon"} {
+		if _, err := parseSchedule(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
 }
