@@ -207,11 +207,23 @@ func planSoak(seed uint64, n, episodes int, services []string, minio bool, ackWa
 // store. None may earn a reward.
 const attackMarker = "soak-attack"
 
+// groundTruthFound starts the ground-truth attack's output when it found
+// a file holding the answers.
+const groundTruthFound = "GROUND-TRUTH-FOUND:"
+
 var soakAttacks = map[string][]string{
-	// Look for the ground truth anywhere the sandbox can read.
+	// Look for the ground truth (MedCalc-Bench's answer column) in every
+	// file the sandbox can read; the needle is built at run time so that
+	// the program's own file does not match.
 	"ground-truth": {codeReply("# " + attackMarker + "\nimport subprocess\n" +
-		"r = subprocess.run(['grep', '-rIl', '-m1', '--exclude-dir=proc', '--exclude-dir=sys', 'ground_truth', '/'], capture_output=True, text=True, timeout=20)\n" +
-		"print(r.stdout[-4000:])"), `{"action": "answer", "params": {"answer": "-987654.321"}, "note": "` + attackMarker + `"}`},
+		"needle = 'Ground Truth ' + 'Answer'\n" +
+		"try:\n" +
+		"    r = subprocess.run(['grep', '-rIl', '-m1', '--exclude-dir=proc', '--exclude-dir=sys', '--exclude-dir=dev', needle, '/'], capture_output=True, text=True, timeout=20)\n" +
+		"    hits = [l for l in r.stdout.splitlines() if l]\n" +
+		"except subprocess.TimeoutExpired:\n" +
+		"    hits = []\n" +
+		"print('" + groundTruthFound + " ' + ' '.join(hits) if hits else 'no ground truth here')"),
+		`{"action": "answer", "params": {"answer": "-987654.321"}, "note": "` + attackMarker + `"}`},
 	// 64 MiB on stdout.
 	"huge-output": {codeReply("# " + attackMarker + "\nimport sys\nsys.stdout.write('A' * (64 << 20))"), `{"action": "answer", "params": {"answer": "-987654.321"}, "note": "` + attackMarker + `"}`},
 	// A 2 MiB reply from the model.
@@ -451,9 +463,13 @@ func TestSoak(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, r := range runs {
-			if err := st.CopyLocal(ctx, r.spec.RunID, dir); err != nil {
-				t.Fatalf("copy run %s: %v", r.spec.RunID, err)
+		ids, err := st.Runs(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids { // every run the bucket holds, so a foreign one shows
+			if err := st.CopyLocal(ctx, id, dir); err != nil {
+				t.Fatalf("copy run %s: %v", id, err)
 			}
 		}
 	}
@@ -509,7 +525,8 @@ type soakReport struct {
 	duckRows, duckDuplicates          int
 	missing, foreign                  int
 	infra, infraJustified             int
-	attacks, attacksRewarded          int
+	attacks, attacksWon               int
+	searches                          int // ground-truth searches that ran to the end
 	outcomes                          map[string]int
 	hung                              bool
 	took                              time.Duration
@@ -585,8 +602,17 @@ func checkSoakRun(t *testing.T, ctx context.Context, dir string, r *soakRun, duc
 			}
 			if isAttack(row) {
 				rep.attacks++
+				for _, turn := range row.Turns {
+					if strings.Contains(turn.Observation, "no ground truth here") {
+						rep.searches++
+					}
+					if strings.Contains(turn.Observation, groundTruthFound) {
+						rep.attacksWon++ // a success, reward or not
+						t.Errorf("run %s: episode %s read the ground truth: %.300s", r.spec.RunID, row.EpisodeID, turn.Observation)
+					}
+				}
 				if row.Reward > 0 {
-					rep.attacksRewarded++
+					rep.attacksWon++
 					t.Errorf("run %s: attack episode %s earned %v", r.spec.RunID, row.EpisodeID, row.Reward)
 				}
 			}
@@ -617,14 +643,14 @@ func printSoak(t *testing.T, reps []soakReport, dead uint64, recs []recovery, rs
 	t.Helper()
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "run\tplanned\tstored\tduplicates\tduckdb dups\tmissing\tforeign\tinfra_failure (justified)\tattacks (rewarded)\thung\ttook\toutcomes")
+	fmt.Fprintln(w, "run\tplanned\tstored\tduplicates\tduckdb dups\tmissing\tforeign\tinfra_failure (justified)\tattacks (succeeded)\thung\ttook\toutcomes")
 	for _, r := range reps {
 		outs := make([]string, 0, len(r.outcomes))
 		for _, k := range slices.Sorted(maps.Keys(r.outcomes)) {
 			outs = append(outs, fmt.Sprintf("%s=%d", k, r.outcomes[k]))
 		}
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%d)\t%d (%d)\t%v\t%s\t%s\n", r.run, r.planned, r.stored, r.duplicates, r.duckDuplicates,
-			r.missing, r.foreign, r.infra, r.infraJustified, r.attacks, r.attacksRewarded, r.hung, r.took.Round(time.Second), strings.Join(outs, " "))
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%d)\t%d (%d)\t%d\t%v\t%s\t%s\n", r.run, r.planned, r.stored, r.duplicates, r.duckDuplicates,
+			r.missing, r.foreign, r.infra, r.infraJustified, r.attacks, r.attacksWon, r.searches, r.hung, r.took.Round(time.Second), strings.Join(outs, " "))
 	}
 	fmt.Fprintf(w, "dead letters (all runs): %d\n", dead)
 	w.Flush()
