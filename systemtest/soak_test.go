@@ -207,6 +207,9 @@ func planSoak(seed uint64, n, episodes int, services []string, minio bool, ackWa
 // store. None may earn a reward.
 const attackMarker = "soak-attack"
 
+// attackAnswer ends an attack with an answer no task has.
+const attackAnswer = `{"action": "answer", "params": {"answer": "-987654.321"}}`
+
 // groundTruthFound starts the ground-truth attack's output when it found
 // a file holding the answers.
 const groundTruthFound = "GROUND-TRUTH-FOUND:"
@@ -223,14 +226,14 @@ var soakAttacks = map[string][]string{
 		"except subprocess.TimeoutExpired:\n" +
 		"    hits = []\n" +
 		"print('" + groundTruthFound + " ' + ' '.join(hits) if hits else 'no ground truth here')"),
-		`{"action": "answer", "params": {"answer": "-987654.321"}, "note": "` + attackMarker + `"}`},
+		attackAnswer},
 	// 64 MiB on stdout.
-	"huge-output": {codeReply("# " + attackMarker + "\nimport sys\nsys.stdout.write('A' * (64 << 20))"), `{"action": "answer", "params": {"answer": "-987654.321"}, "note": "` + attackMarker + `"}`},
+	"huge-output": {codeReply("# " + attackMarker + "\nimport sys\nsys.stdout.write('A' * (64 << 20))"), attackAnswer},
 	// A 2 MiB reply from the model.
 	"huge-reply": {`{"action": "answer", "params": {"answer": "` + attackMarker + strings.Repeat("x", 2<<20) + `"}}`},
 	// A fork flood, then an answer.
 	"fork-flood": {codeReply("# " + attackMarker + "\nimport os, time\nfor _ in range(10):\n    try:\n        os.fork()\n    except OSError:\n        break\ntime.sleep(2)"),
-		`{"action": "answer", "params": {"answer": "-987654.321"}, "note": "` + attackMarker + `"}`},
+		attackAnswer},
 }
 
 // soakModel is mostlyAnswering for most tasks and an attack for pct % of
@@ -643,7 +646,7 @@ func printSoak(t *testing.T, reps []soakReport, dead uint64, recs []recovery, rs
 	t.Helper()
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "run\tplanned\tstored\tduplicates\tduckdb dups\tmissing\tforeign\tinfra_failure (justified)\tattacks (succeeded)\thung\ttook\toutcomes")
+	fmt.Fprintln(w, "run\tplanned\tstored\tduplicates\tduckdb dups\tmissing\tforeign\tinfra_failure (justified)\tattacks (succeeded)\tgt searches\thung\ttook\toutcomes")
 	for _, r := range reps {
 		outs := make([]string, 0, len(r.outcomes))
 		for _, k := range slices.Sorted(maps.Keys(r.outcomes)) {
