@@ -11,7 +11,7 @@ TOOLS   ?= $(HOME)/.cache/medgym/bin
 export MEDGYM_TOOLS := $(TOOLS)
 SERVICES := dispatcher llm-worker sandbox-worker verifier trainer
 
-.PHONY: all setup setup-test venv build library library-again demo test test-go test-system test-long test-chart test-compose test-env test-adapters test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
+.PHONY: all setup setup-test venv build library library-again demo test test-go test-system test-long soak test-chart test-compose test-env test-adapters test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
 
 all: build
 
@@ -119,6 +119,20 @@ test-system: setup-test library
 LONG_TESTS := ^TestClusterAcrossHosts$$
 test-long: setup-test library
 	MEDGYM_LIBRARY=$(CURDIR)/build/library go test -race -count=1 -timeout 30m -run '$(LONG_TESTS)' -v ./systemtest/
+
+## soak: the exactly-once soak (outside `make test`; docs/soak.md): TestSoak with SOAK_EPISODES (5000) episodes over
+## SOAK_RUNS (5) concurrent runs and SOAK_FAULTS (40) faults drawn from SOAK_SEED (1), once on a directory store and
+## once on MinIO. `make test-system` runs TestSoak's small default (200 episodes, 6 faults).
+SOAK_SEED ?= 1
+SOAK_EPISODES ?= 5000
+SOAK_RUNS ?= 5
+SOAK_FAULTS ?= 40
+soak: setup-test
+	for store in dir minio; do \
+		MEDGYM_SOAK_STORE=$$store MEDGYM_SOAK_SEED=$(SOAK_SEED) MEDGYM_SOAK_EPISODES=$(SOAK_EPISODES) \
+		MEDGYM_SOAK_RUNS=$(SOAK_RUNS) MEDGYM_SOAK_FAULTS=$(SOAK_FAULTS) \
+		go test -count=1 -timeout 4h -run '^TestSoak$$' -v ./systemtest/ || exit 1; \
+	done
 
 ## test-chart: the Helm chart (deploy/kubernetes): rendered through Helm's Go library, decoded strictly
 ## with the Kubernetes and KEDA types, its names against schemas and the services' live /metrics

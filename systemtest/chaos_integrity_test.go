@@ -43,25 +43,50 @@ func mostlyAnswering(latency time.Duration) http.Handler {
 	code := fakellm.New(fakellm.Config{Policy: fakellm.PolicyScript, Script: []string{codeReply("print(1)"), answerReply}, Seed: 1, Model: "fake",
 		LatencyMean: latency, LatencyJitter: latency / 2})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		var req struct {
-			Messages []struct{ Role, Content string }
-		}
-		_ = json.Unmarshal(body, &req)
-		h := fnv.New32a()
-		for _, m := range req.Messages {
-			if m.Role == "user" {
-				h.Write([]byte(m.Content))
-				break
-			}
-		}
-		if h.Sum32()%10 == 0 {
+		if firstUserHash(r)%10 == 0 {
 			code.ServeHTTP(w, r)
 			return
 		}
 		answer.ServeHTTP(w, r)
 	})
+}
+
+// firstUserHash is a hash of a chat request's first user message (the
+// task's prompt), leaving the request's body readable.
+func firstUserHash(r *http.Request) uint32 {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var req struct {
+		Messages []struct{ Role, Content string }
+	}
+	_ = json.Unmarshal(body, &req)
+	h := fnv.New32a()
+	for _, m := range req.Messages {
+		if m.Role == "user" {
+			h.Write([]byte(m.Content))
+			break
+		}
+	}
+	return h.Sum32()
+}
+
+// runsBucket connects to url (closed when the test ends), makes sure the
+// streams exist and opens the runs' status bucket.
+func runsBucket(t *testing.T, ctx context.Context, url string) (*bus.Conn, *bus.Bucket[schemas.RunStatus]) {
+	t.Helper()
+	conn, err := bus.Connect(ctx, url, "chaos", cli.NewLogger(io.Discard, "error"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := bus.OpenBucket[schemas.RunStatus](ctx, conn, schemas.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, kv
 }
 
 // forgeScores publishes, on the run's own score subject, a "correct" score
@@ -135,18 +160,7 @@ func TestChaosIntegrity(t *testing.T) {
 	if len(ts) <= limit {
 		t.Fatalf("medcalcbench has %d tasks, the test needs more than %d", len(ts), limit)
 	}
-	conn, err := bus.Connect(ctx, c.url, "chaos", cli.NewLogger(io.Discard, "error"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := bus.OpenBucket[schemas.RunStatus](ctx, conn, schemas.BucketRuns)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn, kv := runsBucket(t, ctx, c.url)
 	// Progress is the dispatcher's count of planned, scored episodes (the
 	// scores subject also holds the forged ones); the last value read
 	// stands while NATS is down.

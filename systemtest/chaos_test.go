@@ -162,14 +162,24 @@ func (p *proc) signal(sig syscall.Signal, d time.Duration) {
 	}
 }
 
-// send sends sig (SIGSTOP, SIGCONT) and does not wait.
+// send sends sig to the running process without waiting (SIGSTOP and
+// SIGCONT pause and resume it).
 func (p *proc) send(sig syscall.Signal) {
 	p.mu.Lock()
-	cmd := p.cmd
-	p.mu.Unlock()
-	if cmd != nil && cmd.Process != nil {
-		_ = cmd.Process.Signal(sig)
+	defer p.mu.Unlock()
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(sig)
 	}
+}
+
+// pid is the running process's id (0 before it starts).
+func (p *proc) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
 }
 
 func (p *proc) kill() { p.signal(syscall.SIGKILL, 5*time.Second) }
@@ -200,6 +210,32 @@ func startProcCluster(t *testing.T) *procCluster { return newProcCluster(t, true
 // while nats-server does not run yet (c.nats.start starts it).
 func newProcCluster(t *testing.T, natsFirst bool) *procCluster {
 	t.Helper()
+	return newProcClusterWith(t, clusterOptions{natsFirst: natsFirst})
+}
+
+// clusterOptions shape a procCluster. The zero value is one verifier
+// storing to the work directory's store, and a 4 s ack wait.
+type clusterOptions struct {
+	natsFirst bool
+	// verifiers is how many verifier processes run (0: one, named
+	// "verifier"; more are named verifier1, verifier2, ...).
+	verifiers int
+	// store is the verifiers' --store (empty: a directory in the work dir);
+	// verifierArgs are added to their command lines.
+	store        string
+	verifierArgs []string
+	// ackWait is every consumer's --ack-wait (0: 4 s).
+	ackWait time.Duration
+}
+
+// newProcClusterWith is newProcCluster shaped by o.
+func newProcClusterWith(t *testing.T, o clusterOptions) *procCluster {
+	t.Helper()
+	natsFirst := o.natsFirst
+	ackWait := "4s"
+	if o.ackWait > 0 {
+		ackWait = o.ackWait.String()
+	}
 	natsBin := natsServerBinary(t)
 	bin := buildBinaries(t)
 	// Sandboxes run as uid 65534: the work dir must be reachable by others,
@@ -232,13 +268,24 @@ func newProcCluster(t *testing.T, natsFirst bool) *procCluster {
 		return d
 	}
 	data, library := c.data, c.library
+	if o.store != "" {
+		c.store = o.store
+	}
 	c.procs = map[string]*proc{
 		"dispatcher":      mk("dispatcher", "--data", data, "--library", library),
-		"llm-worker1":     mk("llm-worker1", "--data", data, "--library", library, "--ack-wait", "4s", "--concurrency", "8"),
-		"llm-worker2":     mk("llm-worker2", "--data", data, "--library", library, "--ack-wait", "4s", "--concurrency", "8"),
-		"sandbox-worker1": mk("sandbox-worker1", "--agent-tree", tasks.AgentTree(library), "--work-root", wr(1), "--ack-wait", "4s"),
-		"sandbox-worker2": mk("sandbox-worker2", "--agent-tree", tasks.AgentTree(library), "--work-root", wr(2), "--ack-wait", "4s"),
-		"verifier":        mk("verifier", "--data", data, "--library", library, "--store", c.store, "--ack-wait", "4s", "--concurrency", "8"),
+		"llm-worker1":     mk("llm-worker1", "--data", data, "--library", library, "--ack-wait", ackWait, "--concurrency", "8"),
+		"llm-worker2":     mk("llm-worker2", "--data", data, "--library", library, "--ack-wait", ackWait, "--concurrency", "8"),
+		"sandbox-worker1": mk("sandbox-worker1", "--agent-tree", tasks.AgentTree(library), "--work-root", wr(1), "--ack-wait", ackWait),
+		"sandbox-worker2": mk("sandbox-worker2", "--agent-tree", tasks.AgentTree(library), "--work-root", wr(2), "--ack-wait", ackWait),
+	}
+	verifier := append([]string{"--data", data, "--library", library, "--store", c.store, "--ack-wait", ackWait, "--concurrency", "8"}, o.verifierArgs...)
+	if o.verifiers <= 1 {
+		c.procs["verifier"] = mk("verifier", verifier...)
+	} else {
+		for i := 1; i <= o.verifiers; i++ {
+			name := fmt.Sprintf("verifier%d", i)
+			c.procs[name] = mk(name, verifier...)
+		}
 	}
 	if natsFirst {
 		waitListening(t, addr)
@@ -333,16 +380,7 @@ func storedOnce(t *testing.T, storeDir, run string) (map[string]int, int) {
 	count := map[string]int{}
 	total := 0
 	for _, fpath := range files {
-		f, err := os.Open(fpath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rows, err := parquet.Read(context.Background(), f)
-		f.Close()
-		if err != nil {
-			t.Fatalf("%s: %v", fpath, err)
-		}
-		for _, r := range rows {
+		for _, r := range readParquetFile(t, fpath) {
 			count[r.EpisodeID]++
 			total++
 		}
@@ -366,6 +404,21 @@ func eachStoredOnce(t *testing.T, storeDir, run string, episodes int) bool {
 		return false
 	}
 	return true
+}
+
+// readParquetFile reads every row of one trajectory file.
+func readParquetFile(t *testing.T, path string) []parquet.Row {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := parquet.Read(context.Background(), f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return rows
 }
 
 // waitNoProcessesIn fails if a process mentioning dir (a sandbox) outlives
@@ -490,16 +543,7 @@ func processesMentioning(s string) []string {
 
 func countRows(t *testing.T, path string) int {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	rows, err := parquet.Read(context.Background(), f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(rows)
+	return len(readParquetFile(t, path))
 }
 
 func chaosTimeout() time.Duration {
