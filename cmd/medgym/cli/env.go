@@ -155,6 +155,9 @@ func cmdEnvServe(ctx context.Context, args []string, stderr io.Writer) error {
 		if err := st.CheckWritable(ctx); err != nil {
 			return fmt.Errorf("%w (pass --store a directory or s3://bucket/prefix this process can write)", err)
 		}
+		// The in-process verifier writes to st: a run it holds that this
+		// state does not know is another's (env.Config.InStore).
+		ec.InStore = st.HasRun
 		inProcess, stop, err := startEmbedded(*state)
 		if err != nil {
 			return err
