@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -68,6 +69,8 @@ type ConnectOption func(*connectConfig)
 type connectConfig struct {
 	tls  TLS
 	auth Auth
+	// inProcess: connect to this server in the process, not to the URL.
+	inProcess InProcessServer
 
 	// wait: retry a server not reachable yet, for at most waitFor (0:
 	// until ctx is done). Unset: fail at once.
@@ -83,6 +86,25 @@ type connectConfig struct {
 
 // WithTLS connects with t (see TLS).
 func WithTLS(t TLS) ConnectOption { return func(c *connectConfig) { c.tls = t } }
+
+// InProcessServer is a NATS server running in this process that hands out
+// connections without a socket (the embedded server; nats-server's
+// *server.Server is one).
+type InProcessServer interface {
+	InProcessConn() (net.Conn, error)
+}
+
+// InProcessURL is the URL label of a connection made WithInProcess: it
+// names no address, and nothing is dialed.
+const InProcessURL = "nats://in-process"
+
+// WithInProcess connects to srv, a server in this process started without
+// a listener (embedded.Options.InProcess), instead of dialing the URL,
+// which is then only a label (InProcessURL): no other process can reach
+// such a server, and its connections use no file descriptor.
+func WithInProcess(srv InProcessServer) ConnectOption {
+	return func(c *connectConfig) { c.inProcess = srv }
+}
 
 // WithConnectTimeout makes Connect (and Start) wait for a server that is
 // not reachable yet instead of failing at once: it retries with backoff
@@ -138,6 +160,7 @@ func dial(url, name string, log *slog.Logger, cfg connectConfig) (*Conn, error) 
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(reconnectDelay),
 		nats.RetryOnFailedConnect(cfg.wait),
+		nats.InProcessServer(cfg.inProcess),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("nats disconnected", "err", err)

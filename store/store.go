@@ -541,6 +541,16 @@ func (s *Store) Has(ctx context.Context, runID, episodeID string) (bool, error) 
 	return s.has(ctx, runID, episodeID)
 }
 
+// HasRun reports whether the store holds anything of runID (rows or a
+// manifest): a writer that must not add to another's run asks first.
+func (s *Store) HasRun(ctx context.Context, runID string) (bool, error) {
+	keys, err := s.be.list(ctx, runPrefix(runID))
+	if err != nil {
+		return false, fmt.Errorf("list run %s: %w", runID, err)
+	}
+	return len(keys) > 0, nil
+}
+
 // ReadRun returns every row of a run, one per episode: when an episode was
 // stored twice (two writers racing), the row of the first file in key order
 // wins. Rows are in file order, then row order.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -66,8 +67,7 @@ func startEnv(t *testing.T, lib, dir string, args ...string) *envProc {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &lineWriter{addr: make(chan string, 1)}
-	all := append([]string{"env", "serve", "--addr", "127.0.0.1:0", "--library", lib, "--data", dataRoot(t),
-		"--store", filepath.Join(dir, "store"), "--state", filepath.Join(dir, "state"), "--dataset", "eicu", "--log", "error"}, args...)
+	all := envServeArgs(t, lib, dir, args...)
 	p := &envProc{cancel: cancel, done: make(chan error, 1)}
 	go func() { p.done <- cli.Run(ctx, all, io.Discard, w) }()
 	select {
@@ -239,8 +239,11 @@ func TestEnvAPIEndToEnd(t *testing.T) {
 	if r0["done"] != false || !strings.Contains(r0["observation"].(string), "searched") {
 		t.Fatalf("step 0: %v", r0)
 	}
-	if again := c.must(200, "POST", stepPath, map[string]any{"turn": 0, "content": "something else"}); fmt.Sprint(again) != fmt.Sprint(r0) {
-		t.Fatalf("retried turn 0 answered %v, first %v", again, r0)
+	if again := c.must(200, "POST", stepPath, map[string]any{"turn": 0, "content": act("terminal", map[string]any{"cmd": grep})}); fmt.Sprint(again) != fmt.Sprint(r0) {
+		t.Fatalf("turn 0 retried with its reply answered %v, first %v", again, r0)
+	}
+	if again := c.must(200, "POST", stepPath, map[string]any{"turn": 0, "content": "something else"}); !sameButIgnored(again, r0) {
+		t.Fatalf("turn 0 retried with another reply answered %v, first %v: want the first, marked reply_ignored", again, r0)
 	}
 	if out := c.must(409, "POST", stepPath, map[string]any{"turn": 2, "content": "x"}); errCode(out) != "turn_out_of_order" {
 		t.Fatalf("turn ahead: %v", out)
@@ -298,6 +301,17 @@ func TestEnvAPIEndToEnd(t *testing.T) {
 		}
 	}
 	checkContract(t, chk, canary)
+}
+
+// sameButIgnored reports whether a retried step's answer is first's,
+// marked reply_ignored (its reply was not the one the turn was played with).
+func sameButIgnored(again, first map[string]any) bool {
+	if again["reply_ignored"] != true {
+		return false
+	}
+	rest := maps.Clone(again)
+	delete(rest, "reply_ignored")
+	return fmt.Sprint(rest) == fmt.Sprint(first)
 }
 
 func mustJSON(v any) string {
@@ -405,7 +419,7 @@ func TestEnvAPIRestart(t *testing.T) {
 	if st := c2.must(200, "GET", path, nil); st["turn"] != 1.0 || st["done"] != false {
 		t.Fatalf("after the restart the session is %v", st)
 	}
-	if again := c2.must(200, "POST", path+"/step", map[string]any{"turn": 0, "content": act("validate_code", map[string]any{"code": "print(0)"})}); fmt.Sprint(again) != fmt.Sprint(first) {
+	if again := c2.must(200, "POST", path+"/step", map[string]any{"turn": 0, "content": act("validate_code", map[string]any{"code": "print(0)"})}); !sameButIgnored(again, first) {
 		t.Fatalf("retried turn 0 after the restart: %v, first %v", again, first)
 	}
 	last := c2.must(200, "POST", path+"/step", map[string]any{"turn": 1, "content": act("answer", map[string]any{"answer": "42"})})

@@ -1,6 +1,12 @@
 // Package embedded runs an in-process nats-server with JetStream, the way
 // `medgym run` works without external infrastructure. The server is real:
 // the same code as the nats-server binary, with a file store.
+//
+// A server started with InProcess opens no socket at all: only the process
+// that started it can connect (bus.WithInProcess), so no other local user or
+// process can read or rewrite its streams and buckets. The commands use
+// that; tests that want a URL (several clients, restarts on a port) listen
+// on 127.0.0.1.
 package embedded
 
 import (
@@ -18,6 +24,10 @@ type Options struct {
 	Port int
 	// MaxPayload in bytes (default 8 MiB: trajectories are large).
 	MaxPayload int32
+	// InProcess: listen nowhere (nats-server's DontListen); connect
+	// through the server's InProcessConn (bus.WithInProcess). Port is
+	// ignored and ClientURL names no reachable address.
+	InProcess bool
 }
 
 // Start starts a server and waits until it accepts connections.
@@ -35,6 +45,7 @@ func Start(o Options) (*server.Server, error) {
 		JetStream:  true,
 		StoreDir:   o.StoreDir,
 		MaxPayload: o.MaxPayload,
+		DontListen: o.InProcess,
 		NoSigs:     true,
 		NoLog:      true,
 	})

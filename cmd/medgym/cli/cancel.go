@@ -6,11 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"path/filepath"
 	"time"
 
 	"github.com/medgym/medgym/bus"
-	"github.com/medgym/medgym/bus/embedded"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
 	"github.com/medgym/medgym/store"
@@ -54,17 +52,23 @@ func cmdCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	log := NewLogger(stderr, *logLevel)
 	url := *natsURL
+	var opts []bus.ConnectOption
 	if url == "" {
-		// No services run on the embedded server now, so nothing is in
-		// flight: the run is finished here.
-		ns, err := embedded.Start(embedded.Options{StoreDir: filepath.Join(*state, "jetstream")})
+		// No services run on the embedded server now (the lock says so),
+		// so nothing is in flight: the run is finished here.
+		unlock, err := lockState(*state, "cancel")
 		if err != nil {
 			return err
 		}
-		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-		url = ns.ClientURL()
+		defer unlock()
+		inProcess, stop, err := startEmbedded(*state)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		url, opts = bus.InProcessURL, append(opts, inProcess)
 	}
-	conn, err := bus.Connect(ctx, url, "medgym-cancel", log)
+	conn, err := bus.Connect(ctx, url, "medgym-cancel", log, opts...)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/medgym/medgym/bus"
-	"github.com/medgym/medgym/bus/embedded"
 	"github.com/medgym/medgym/schemas"
 	env "github.com/medgym/medgym/services/env/env"
 	"github.com/medgym/medgym/services/sandbox-worker/sandboxworker"
@@ -125,6 +124,15 @@ func cmdEnvServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	ec.SystemAsUser = ec.SystemAsUser || f.LLM.SystemAsUser
 	log := NewLogger(stderr, f.LogLevel)
+	if ec.Views == "" || *nats == "" {
+		// The state folder holds the views written here and the embedded
+		// server's store: one process at a time.
+		unlock, err := lockState(*state, "env serve")
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
 	if ec.Views == "" {
 		ec.Views = filepath.Join(*state, "env-views")
 		if err := os.RemoveAll(ec.Views); err != nil {
@@ -138,6 +146,7 @@ func cmdEnvServe(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	url := *nats
+	var opts []bus.ConnectOption
 	if url == "" {
 		st, err := store.Open(ctx, f.Store, f.StoreOptions())
 		if err != nil {
@@ -146,23 +155,21 @@ func cmdEnvServe(ctx context.Context, args []string, stderr io.Writer) error {
 		if err := st.CheckWritable(ctx); err != nil {
 			return fmt.Errorf("%w (pass --store a directory or s3://bucket/prefix this process can write)", err)
 		}
-		if err := os.MkdirAll(*state, 0o755); err != nil {
-			return fmt.Errorf("state dir: %w", err)
-		}
-		ns, err := embedded.Start(embedded.Options{StoreDir: filepath.Join(*state, "jetstream")})
+		// The in-process verifier writes to st: a run it holds that this
+		// state does not know is another's (env.Config.InStore).
+		ec.InStore = st.HasRun
+		inProcess, stop, err := startEmbedded(*state)
 		if err != nil {
 			return err
 		}
-		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-		url = ns.ClientURL()
-	}
-	auth, err := bus.AuthFromEnv(os.Getenv)
-	if err != nil {
-		return err
-	}
-	opts := []bus.ConnectOption{bus.WithAuth(auth), bus.WithProvision(bus.ProvisionCreate)}
-	if *nats != "" {
-		opts = append(opts, bus.WithTLS(f.NATSTLS), bus.WithProvision(f.Provision))
+		defer stop()
+		url, opts = bus.InProcessURL, append(opts, inProcess, bus.WithProvision(bus.ProvisionCreate))
+	} else {
+		auth, err := bus.AuthFromEnv(os.Getenv)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, bus.WithAuth(auth), bus.WithTLS(f.NATSTLS), bus.WithProvision(f.Provision))
 	}
 	conn, err := bus.Connect(ctx, url, "medgym-env", log, opts...)
 	if err != nil {

@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/medgym/medgym/bus"
-	"github.com/medgym/medgym/bus/embedded"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
 	"github.com/medgym/medgym/services/llm-worker/policy"
@@ -386,24 +385,25 @@ func RunSpec(ctx context.Context, spec schemas.RunSpec, f *RunFlags, stderr io.W
 	var wait func() error
 	svcCtx, stopServices := context.WithCancel(ctx)
 	defer stopServices()
+	var connOpts []bus.ConnectOption
 	if url == "" {
-		if err := os.MkdirAll(f.State, 0o755); err != nil {
-			return RunResult{}, fmt.Errorf("state dir: %w", err)
-		}
-		ns, err := embedded.Start(embedded.Options{StoreDir: filepath.Join(f.State, "jetstream")})
+		unlock, err := lockState(f.State, "run")
 		if err != nil {
 			return RunResult{}, err
 		}
-		defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-		url = ns.ClientURL()
-	}
-	auth, err := bus.AuthFromEnv(os.Getenv)
-	if err != nil {
-		return RunResult{}, err
-	}
-	connOpts := []bus.ConnectOption{bus.WithAuth(auth), bus.WithProvision(bus.ProvisionCreate)}
-	if f.NATS != "" {
-		connOpts = append(connOpts, bus.WithTLS(f.NATSTLS), bus.WithConnectTimeout(f.ConnectTimeout), bus.WithProvision(f.Provision))
+		defer unlock()
+		inProcess, stop, err := startEmbedded(f.State)
+		if err != nil {
+			return RunResult{}, err
+		}
+		defer stop()
+		url, connOpts = bus.InProcessURL, append(connOpts, inProcess, bus.WithProvision(bus.ProvisionCreate))
+	} else {
+		auth, err := bus.AuthFromEnv(os.Getenv)
+		if err != nil {
+			return RunResult{}, err
+		}
+		connOpts = append(connOpts, bus.WithAuth(auth), bus.WithTLS(f.NATSTLS), bus.WithConnectTimeout(f.ConnectTimeout), bus.WithProvision(f.Provision))
 	}
 	conn, err := bus.Connect(ctx, url, "medgym-cli", logger, connOpts...)
 	if err != nil {

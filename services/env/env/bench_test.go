@@ -97,7 +97,7 @@ func startBench(b *testing.B, maxSessions int) *benchEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	env.svc = session.New(session.Deps{Store: st, Catalog: cat, Publish: conn.Publish, Register: registerRun(runs), DefaultRun: "bench-inproc"},
+	env.svc = session.New(session.Deps{Store: st, Catalog: cat, Publish: conn.Publish, Register: registerRun(runs, nil), DefaultRun: "bench-inproc"},
 		session.Limits{StepWait: time.Minute})
 	return env
 }

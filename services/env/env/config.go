@@ -40,6 +40,12 @@ type Config struct {
 	StepWait time.Duration
 	// MaxBody bounds a request body.
 	MaxBody int64
+	// MaxConns caps the open HTTP connections (more wait to be accepted),
+	// at most half the process's file descriptor limit.
+	MaxConns int
+	// ReadTimeout bounds reading one request, headers and body; a step or
+	// close then waits up to StepWait for its answer.
+	ReadTimeout time.Duration
 	// Run is the run of sessions that name none (default env-<UTC date>).
 	Run string
 	// Model is the model recorded for sessions that name none.
@@ -55,6 +61,12 @@ type Config struct {
 	// Concurrency of the check and score consumers.
 	Concurrency int
 	AckWait     time.Duration
+	// InStore, when set, reports whether the trajectory store the
+	// verifier writes to already holds a run: a run the run-status bucket
+	// does not know as this server's (a fresh state folder over a shared
+	// store) is then refused rather than added to. `medgym env serve` sets
+	// it from --store on its embedded server.
+	InStore func(ctx context.Context, runID string) (bool, error)
 	// Metrics, when set, measures the handlers.
 	Metrics *bus.Metrics
 	// Ready, when set, is called with the address the API listens on.
@@ -63,6 +75,12 @@ type Config struct {
 
 // DefaultAddr is the API's default address.
 const DefaultAddr = "127.0.0.1:8420"
+
+// Defaults of the HTTP server's bounds.
+const (
+	DefaultMaxConns    = 1024
+	DefaultReadTimeout = 30 * time.Second
+)
 
 // RegisterFlags adds the server's flags.
 func (c *Config) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
@@ -74,6 +92,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.DurationVar(&c.ReapEvery, "reap-every", 30*time.Second, "how often idle sessions are looked for")
 	fs.DurationVar(&c.StepWait, "step-wait", 10*time.Minute, "how long a step request waits for its execution before 504 (retry with the same turn)")
 	fs.Int64Var(&c.MaxBody, "max-body", 1<<20, "largest request body in bytes (413 beyond)")
+	fs.IntVar(&c.MaxConns, "max-conns", DefaultMaxConns, "most open HTTP connections; more wait to be accepted (at most half the open-file limit)")
+	fs.DurationVar(&c.ReadTimeout, "read-timeout", DefaultReadTimeout, "longest time to receive one request, headers and body (slower clients are cut off)")
 	fs.StringVar(&c.Run, "run", "", "run id of sessions that name none (default env-<UTC date>)")
 	fs.StringVar(&c.Model, "model", "external", "model name recorded for sessions that name none")
 	fs.StringVar(&c.EndOn, "end-on", schemas.DefaultOptions().EndOn, "end_on of sessions that name none: answer (only the answer action ends an episode; "+
@@ -128,10 +148,10 @@ func (c Config) Validate() error {
 	if !loopback(host) && c.Token == "" {
 		return fmt.Errorf("env: --addr %s is not a loopback address: set a bearer token (MEDGYM_ENV_TOKEN or MEDGYM_ENV_TOKEN_FILE) first", c.Addr)
 	}
-	if c.MaxSessions < 0 || c.Concurrency < 0 || c.MaxBody < 0 {
-		return errors.New("env: --max-sessions, --concurrency and --max-body must be ≥ 1 (0: the default)")
+	if c.MaxSessions < 0 || c.Concurrency < 0 || c.MaxBody < 0 || c.MaxConns < 0 {
+		return errors.New("env: --max-sessions, --concurrency, --max-body and --max-conns must be ≥ 1 (0: the default)")
 	}
-	if c.Idle < 0 || c.KeepDone < 0 || c.ReapEvery < 0 || c.StepWait < 0 || c.AckWait < 0 {
+	if c.Idle < 0 || c.KeepDone < 0 || c.ReapEvery < 0 || c.StepWait < 0 || c.AckWait < 0 || c.ReadTimeout < 0 {
 		return errors.New("env: durations must be positive")
 	}
 	if c.Run != "" && !schemas.ValidToken(c.Run) {
@@ -158,7 +178,7 @@ func loopback(host string) bool {
 // LogValue is what is logged at start (the token redacted).
 func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(slog.String("addr", c.addr()), slog.String("views", c.Views), slog.Bool("token", c.Token != ""),
-		slog.Int("max_sessions", c.MaxSessions), slog.Duration("idle", c.Idle), slog.String("run", c.Run), slog.String("model", c.Model), slog.String("end_on", c.EndOn))
+		slog.Int("max_sessions", c.MaxSessions), slog.Int("max_conns", c.MaxConns), slog.Duration("idle", c.Idle), slog.String("run", c.Run), slog.String("model", c.Model), slog.String("end_on", c.EndOn))
 }
 
 // Serve runs the server (bus.Component).

@@ -32,8 +32,14 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if cfg.ReapEvery == 0 {
 		cfg.ReapEvery = 30 * time.Second
 	}
-	if cfg.Run == "" {
-		cfg.Run = "env-" + time.Now().UTC().Format("20060102")
+	if cfg.StepWait == 0 {
+		cfg.StepWait = 10 * time.Minute
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = DefaultReadTimeout
 	}
 	cat, err := catalog.Open(cfg.Views)
 	if err != nil {
@@ -47,8 +53,13 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if err != nil {
 		return fmt.Errorf("env: %w", err)
 	}
+	if cfg.Run == "" {
+		if cfg.Run, err = defaultRun(ctx, runs, cfg.InStore, time.Now().UTC()); err != nil {
+			return fmt.Errorf("env: %w", err)
+		}
+	}
 	svc := session.New(session.Deps{
-		Store: st, Catalog: cat, Publish: conn.Publish, Register: registerRun(runs), Log: log,
+		Store: st, Catalog: cat, Publish: conn.Publish, Register: registerRun(runs, cfg.InStore), Log: log,
 		Worker: cfg.Worker, DefaultRun: cfg.Run, DefaultModel: cfg.Model, DefaultEndOn: cfg.EndOn, SystemAsUser: cfg.SystemAsUser,
 	}, session.Limits{MaxSessions: cfg.MaxSessions, IdleTimeout: cfg.Idle, KeepDone: cfg.KeepDone, StepWait: cfg.StepWait})
 	if err := svc.Load(ctx); err != nil {
@@ -81,11 +92,9 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if err != nil {
 		return fmt.Errorf("env: listen %s: %w", cfg.addr(), err)
 	}
-	srv := &http.Server{
-		Handler:           httpapi.Handler(svc, cat, httpapi.Options{Token: cfg.Token, MaxBody: cfg.MaxBody, Log: log}),
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
+	ln, maxConns := limitListener(ln, cfg.MaxConns, log)
+	srv := newHTTPServer(ctx, httpapi.Handler(svc, cat, httpapi.Options{Token: cfg.Token, MaxBody: cfg.MaxBody, Log: log,
+		LongWait: cfg.StepWait + writeSlack}), cfg.ReadTimeout)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -115,29 +124,82 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 		}
 	})
 	g.Go(func() error { return rt.Run(gctx) })
-	log.Info("environment server running", "addr", ln.Addr().String(), "datasets", cat.Datasets(), "run", cfg.Run)
+	log.Info("environment server running", "addr", ln.Addr().String(), "datasets", cat.Datasets(), "run", cfg.Run, "max_conns", maxConns)
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr().String())
 	}
 	return g.Wait()
 }
 
-// registerRun records an environment run in the run-status bucket (once;
-// a run id that names another kind of run is refused).
-func registerRun(runs *bus.Bucket[schemas.RunStatus]) session.RunRegistry {
+// registerRun records an environment run in the run-status bucket (once).
+// A run id the bucket knows as another kind of run, or one it does not
+// know but the trajectory store holds (inStore), is refused: its sessions
+// would add rows to that run, and a colliding episode id would keep the
+// old row in silence.
+func registerRun(runs *bus.Bucket[schemas.RunStatus], inStore func(context.Context, string) (bool, error)) session.RunRegistry {
 	return func(ctx context.Context, spec schemas.RunSpec) error {
-		now := time.Now().UTC()
-		_, err := runs.Create(ctx, spec.RunID, schemas.RunStatus{Spec: spec, Finished: true, UpdatedAt: now})
-		if !errors.Is(err, bus.ErrConflict) {
-			return err
+		for {
+			st, _, err := runs.Get(ctx, spec.RunID)
+			switch {
+			case err == nil:
+				if !envRun(st) {
+					return fmt.Errorf("%w: run_id %s names a run submitted by medgym run or the trainer; choose another", session.ErrRunExists, spec.RunID)
+				}
+				return nil
+			case !errors.Is(err, bus.ErrNotFound):
+				return err
+			}
+			if inStore != nil {
+				has, err := inStore(ctx, spec.RunID)
+				if err != nil {
+					return fmt.Errorf("look up run %s in the trajectory store: %w", spec.RunID, err)
+				}
+				if has {
+					return fmt.Errorf("%w: run_id %s already has episodes in the trajectory store that this server did not play (an evaluation run, or another server's); choose another", session.ErrRunExists, spec.RunID)
+				}
+			}
+			_, err = runs.Create(ctx, spec.RunID, schemas.RunStatus{Spec: spec, Finished: true, UpdatedAt: time.Now().UTC()})
+			if !errors.Is(err, bus.ErrConflict) {
+				return err
+			}
+			// Created meanwhile: look again.
 		}
-		st, _, err := runs.Get(ctx, spec.RunID)
-		if err != nil {
-			return err
-		}
-		if st.Spec.Samples != session.MaxSamples || !st.Finished {
-			return fmt.Errorf("%w: run_id %s names a run submitted by medgym run or the trainer; choose another", session.ErrInvalid, spec.RunID)
-		}
-		return nil
 	}
+}
+
+// envRun reports whether a run record is an environment run's.
+func envRun(st schemas.RunStatus) bool {
+	return st.Spec.Samples == session.MaxSamples && st.Finished
+}
+
+// defaultRun is the run of sessions that name none: env-<UTC date>, or,
+// when the store holds a run of that name this state does not know (a
+// fresh state folder over the same store), env-<date>-<time>[-n].
+func defaultRun(ctx context.Context, runs *bus.Bucket[schemas.RunStatus], inStore func(context.Context, string) (bool, error), now time.Time) (string, error) {
+	base := "env-" + now.Format("20060102")
+	if inStore == nil {
+		return base, nil
+	}
+	for i, id := 0, base; i < 100; i++ {
+		st, _, err := runs.Get(ctx, id)
+		switch {
+		case err == nil && envRun(st):
+			return id, nil
+		case err != nil && !errors.Is(err, bus.ErrNotFound):
+			return "", fmt.Errorf("default run: %w", err)
+		case err != nil:
+			has, err := inStore(ctx, id)
+			if err != nil {
+				return "", fmt.Errorf("default run: look up %s in the trajectory store: %w", id, err)
+			}
+			if !has {
+				return id, nil
+			}
+		}
+		id = base + "-" + now.Format("150405")
+		if i > 0 {
+			id += fmt.Sprintf("-%d", i+1)
+		}
+	}
+	return "", fmt.Errorf("default run: env-%s and 99 variants are taken; pass --run", now.Format("20060102"))
 }

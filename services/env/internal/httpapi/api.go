@@ -13,9 +13,11 @@ import (
 	"math/big"
 	"mime"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/medgym/medgym/agent"
@@ -46,7 +48,11 @@ type Options struct {
 	MaxBody int64
 	// RetryAfter is the Retry-After (seconds) of a 429, 503 or 504.
 	RetryAfter int
-	Log        *slog.Logger
+	// LongWait, when set, is how long a step or close, which wait for an
+	// execution or a score, may keep their connection once their body is
+	// read: it replaces the server's read and write deadlines for them.
+	LongWait time.Duration
+	Log      *slog.Logger
 }
 
 // DefaultMaxBody is the default request body limit.
@@ -122,9 +128,24 @@ func (a *api) authorized(r *http.Request) bool {
 	if a.opt.Token == "" {
 		return true
 	}
-	h := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(a.opt.Token)) == 1
+	// RFC 7235: the scheme is case-insensitive, and one or more spaces
+	// part it from the credentials.
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	return ok && strings.EqualFold(scheme, "Bearer") &&
+		subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(a.opt.Token)) == 1
+}
+
+// holdOpen lets a request whose body is read wait for its answer beyond
+// the server's read and write timeouts, up to LongWait from now (the
+// session's own StepWait ends the wait first).
+func (a *api) holdOpen(w http.ResponseWriter) {
+	if a.opt.LongWait <= 0 {
+		return
+	}
+	rc := http.NewResponseController(w)
+	until := time.Now().Add(a.opt.LongWait)
+	_ = rc.SetReadDeadline(until)
+	_ = rc.SetWriteDeadline(until)
 }
 
 func (a *api) unauthorized(w http.ResponseWriter) {
@@ -189,6 +210,8 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 	case errors.Is(err, session.ErrDone):
 		writeError(w, http.StatusConflict, "session_done", err.Error())
+	case errors.Is(err, session.ErrRunExists):
+		writeError(w, http.StatusConflict, "run_exists", err.Error())
 	case errors.Is(err, session.ErrTooMany):
 		w.Header().Set("Retry-After", retry)
 		writeError(w, http.StatusTooManyRequests, "too_many_sessions", err.Error()+"; retry after "+retry+" s")
@@ -199,9 +222,10 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		// The client went away; nobody reads this.
 		writeError(w, http.StatusServiceUnavailable, "unavailable", "request cancelled")
 	default:
+		// The cause is the operator's (logged), not the client's.
 		a.opt.Log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		w.Header().Set("Retry-After", retry)
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "the server could not complete the request (bus or key-value store); retry: "+err.Error())
+		writeError(w, http.StatusServiceUnavailable, "unavailable", "the server could not complete the request (its bus or key-value store did not answer); retry after "+retry+" s")
 	}
 }
 
@@ -221,7 +245,7 @@ func (a *api) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		return false
 	}
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "malformed_body", "read body: "+err.Error())
+		writeError(w, http.StatusBadRequest, "malformed_body", "the body could not be read: it did not arrive within the server's read timeout, or the client went away")
 		return false
 	}
 	err = decodeStrict(body, v)
@@ -240,12 +264,13 @@ func (a *api) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-// decodeStrict decodes exactly one JSON value with no unknown fields.
+// decodeStrict decodes exactly one JSON value with no unknown fields; its
+// errors speak of the body's fields and JSON types (jsonError).
 func decodeStrict(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("the body is not the expected JSON object: %w", err)
+		return jsonError(err)
 	}
 	if dec.More() {
 		return errors.New("the body holds more than one JSON value")
@@ -253,9 +278,102 @@ func decodeStrict(body []byte, v any) error {
 	return nil
 }
 
+// maxShown bounds a value quoted back in an error message.
+const maxShown = 40
+
+// jsonError says what is wrong with a body in the API's terms (field
+// names and JSON types, never the server's), keeping err for errors.As.
+func jsonError(err error) error {
+	var (
+		te  *json.UnmarshalTypeError
+		se  *json.SyntaxError
+		msg string
+	)
+	switch {
+	case errors.As(err, &te):
+		where := te.Field
+		if where == "" {
+			where = "the body"
+		}
+		msg = fmt.Sprintf("%s: expected %s, got %s", where, jsonKind(te.Type), jsonValue(te.Value))
+	case errors.As(err, &se):
+		msg = fmt.Sprintf("the body is not valid JSON (byte %d: %s)", se.Offset, se.Error())
+	case errors.Is(err, io.EOF):
+		msg = "the body is empty: send one JSON object"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		msg = "the body ends in the middle of a JSON value"
+	default:
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			msg = "unknown field " + f + " (the API's document lists the fields)"
+		} else {
+			msg = "the body is not the expected JSON object"
+		}
+	}
+	return &bodyError{msg: msg, err: err}
+}
+
+// bodyError is a malformed body: msg for the client, err for errors.As.
+type bodyError struct {
+	msg string
+	err error
+}
+
+func (e *bodyError) Error() string { return e.msg }
+func (e *bodyError) Unwrap() error { return e.err }
+
+// jsonKind names the JSON type a Go type decodes from.
+func jsonKind(t reflect.Type) string {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil {
+		return "a JSON value"
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return fmt.Sprintf("an integer (%d bits)", t.Bits())
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "a JSON value"
+}
+
+// jsonValue describes the JSON value the decoder found ("string",
+// "number 1.5", ...), a long number cut short.
+func jsonValue(v string) string {
+	if n, ok := strings.CutPrefix(v, "number "); ok {
+		if len(n) > maxShown {
+			n = n[:maxShown] + fmt.Sprintf("… (%d characters)", len(n))
+		}
+		return "the number " + n
+	}
+	switch v {
+	case "array", "object":
+		return "an " + v
+	case "bool":
+		return "true or false"
+	}
+	return "a " + v
+}
+
+// maxIntegral bounds the length of a number integralNumbers rewrites: an
+// int64 written with a fraction or an exponent needs far fewer characters,
+// and parsing a longer one (a million digits) costs seconds.
+const maxIntegral = 64
+
 // integralNumbers rewrites the numbers of a JSON body that are integers in
 // value but not in form (43.0, 4.3e1) as integers; ok is false when the body
-// is not one JSON value or has no such number.
+// is not one JSON value or has no such number. Numbers longer than
+// maxIntegral are left as they are (and refused by the decoder).
 func integralNumbers(body []byte) ([]byte, bool) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
@@ -276,7 +394,7 @@ func integralNumbers(body []byte) ([]byte, bool) {
 				x[i] = walk(e)
 			}
 		case json.Number:
-			if !strings.ContainsAny(string(x), ".eE") {
+			if len(x) > maxIntegral || !strings.ContainsAny(string(x), ".eE") {
 				return x
 			}
 			f, _, err := big.ParseFloat(string(x), 10, 256, big.ToNearestEven)
@@ -525,6 +643,13 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) close(w http.ResponseWriter, r *http.Request) {
+	// A body (none is expected) is read within the read timeout, before
+	// the wait for the score.
+	if _, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, a.opt.MaxBody)); err != nil {
+		writeError(w, http.StatusBadRequest, "malformed_body", "the body could not be read within the server's limits")
+		return
+	}
+	a.holdOpen(w)
 	c, err := a.s.Close(r.Context(), r.PathValue("id"))
 	if err != nil {
 		a.fail(w, r, err)
@@ -603,6 +728,7 @@ func (a *api) step(w http.ResponseWriter, r *http.Request) {
 	if !a.decode(w, r, &b) {
 		return
 	}
+	a.holdOpen(w)
 	if b.Turn == nil || *b.Turn < 0 {
 		writeError(w, http.StatusBadRequest, "bad_request", "turn is required: the step's index, 0 for the first reply")
 		return

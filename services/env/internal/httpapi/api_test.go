@@ -2,11 +2,13 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -33,6 +35,9 @@ func (fakeSessions) Create(_ context.Context, r session.CreateRequest) (session.
 	}
 	if r.Options.RunID == "full" {
 		return session.Created{}, session.ErrTooMany
+	}
+	if r.Options.RunID == "taken" {
+		return session.Created{}, fmt.Errorf("%w: run_id taken is another's", session.ErrRunExists)
 	}
 	s := session.Session{ID: "s1", State: schemas.EpisodeState{Request: schemas.EpisodeRequest{RunID: "r", EpisodeID: "e", Task: view,
 		Options: schemas.DefaultOptions()}, Messages: []schemas.ChatMessage{{Role: "system", Content: "sys"}, {Role: "user", Content: "q?"}}}}
@@ -73,7 +78,8 @@ func (fakeSessions) Step(_ context.Context, id string, r session.StepRequest) (s
 	if r.Turn > 0 {
 		return session.StepResult{}, &session.TurnError{Got: r.Turn, Want: 0}
 	}
-	return session.StepResult{Observation: "echo: " + r.Content, Info: session.StepInfo{Turn: r.Turn, Action: "validate_code"}}, nil
+	return session.StepResult{Observation: "echo: " + r.Content, Info: session.StepInfo{Turn: r.Turn, Action: "validate_code"},
+		ReplyIgnored: r.Content == "a retry with another reply"}, nil
 }
 
 func (fakeSessions) Close(_ context.Context, id string) (session.Closed, error) {
@@ -142,6 +148,7 @@ func TestContractAndJunk(t *testing.T) {
 		{"POST", "/v1/tasks/t-1/prompt", "", false, "", 405, "method_not_allowed"},
 		{"POST", "/v1/sessions", `{"task_id": "t-1"}`, false, "", 201, ""},
 		{"POST", "/v1/sessions", `{"task_id": "t-1", "options": {"run_id": "full"}}`, false, "", 429, "too_many_sessions"},
+		{"POST", "/v1/sessions", `{"task_id": "t-1", "options": {"run_id": "taken"}}`, false, "", 409, "run_exists"},
 		{"POST", "/v1/sessions", `{"task_id": "t-1", "options": {"episode_timeout_sec": 43.0, "max_turns": 4e0}}`, false, "", 201, ""},
 		{"POST", "/v1/sessions", `{"task_id": "t-1", "options": {"episode_timeout_sec": 43.5}}`, false, "", 400, "malformed_body"},
 		{"POST", "/v1/sessions", `{"task_id": "t-1", "options": {"episode_timeout_sec": 43.0, "nope": 1}}`, false, "", 400, "malformed_body"},
@@ -161,6 +168,7 @@ func TestContractAndJunk(t *testing.T) {
 		{"DELETE", "/v1/sessions/zzz", "", false, "", 404, "unknown_session"},
 		{"PUT", "/v1/sessions/s1", "", false, "", 405, "method_not_allowed"},
 		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "content": "hi"}`, false, "", 200, ""},
+		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "content": "a retry with another reply"}`, false, "", 200, ""},
 		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "tool_calls": [{"type": "function", "function": {"name": "validate_code", "arguments": "{\"code\": \"print(1)\"}"}}]}`, false, "", 200, ""},
 		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "tool_calls": [{"function": {"name": "validate_code", "arguments": {"code": "print(1)"}}}]}`, false, "", 200, ""},
 		{"POST", "/v1/sessions/s1/step", `{"turn": 0, "tool_calls": [{"function": {"name": "validate_code", "arguments": "[1]"}}]}`, false, "", 200, ""},
@@ -260,6 +268,81 @@ func TestDocumentSaysWhatServerChecks(t *testing.T) {
 		errs := chk.RequestErrors(req)
 		if (len(errs) == 0) != c.valid {
 			t.Errorf("%s %.60s %s: document errors %q, want valid=%v", c.method, c.path, c.body, errs, c.valid)
+		}
+	}
+}
+
+// TestErrorsSpeakTheAPI: a malformed body is answered in the API's terms
+// (its fields and JSON types, never the server's Go types or its bus's
+// errors), a long number is quoted back cut short and never parsed (a
+// million digits once cost seconds of CPU and gigabytes of allocation),
+// and the bearer scheme is matched case-insensitively (RFC 7235).
+func TestErrorsSpeakTheAPI(t *testing.T) {
+	h := httpapi.Handler(fakeSessions{}, fakeCatalog{}, httpapi.Options{Token: "tok", MaxBody: 2 << 20})
+	do := func(method, path, auth, body string) (int, string) {
+		t.Helper()
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", auth)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		_ = json.Unmarshal(rec.Body.Bytes(), &e)
+		return rec.Code, e.Error.Message
+	}
+	const step, create = "/v1/sessions/s1/step", "/v1/sessions"
+	cases := []struct{ path, body, want string }{
+		{step, `{"turn": "0", "content": "hi"}`, "turn: expected an integer (64 bits), got a string"},
+		{step, `{"turn": 0, "content": 5}`, "content: expected a string, got a number"},
+		{step, `{"turn": 0, "content": "hi", "token_ids": [1.5]}`, "token_ids: expected an integer (32 bits), got the number 1.5"},
+		{step, `{"turn": 0, "content": "hi", "usage": []}`, "usage: expected an object, got an array"},
+		{step, `{"turn": 0, "content": "hi", "nope": 1}`, `unknown field "nope"`},
+		{step, `{"turn": 0, "content": "hi"`, "ends in the middle of a JSON value"},
+		{step, `{"turn": x}`, "not valid JSON (byte"},
+		{step, ``, "the body is empty"},
+		{step, `"hi"`, "the body: expected an object, got a string"},
+		{create, `{"task_id": "t-1", "options": {"max_turns": "4"}}`, "options.max_turns: expected an integer (64 bits), got a string"},
+		{create, `{"task_id": "t-1", "options": {"show_verdict": 1}}`, "options.show_verdict: expected true or false, got a number"},
+		{create, `{"task_id": "t-1", "options": {"tags": {"k": 1}}}`, "options.tags: expected a string, got a number"},
+	}
+	for _, c := range cases {
+		code, msg := do("POST", c.path, "Bearer tok", c.body)
+		if code != 400 || !strings.Contains(msg, c.want) {
+			t.Errorf("%s: %d %q, want 400 with %q", c.body, code, msg, c.want)
+		}
+		for _, goTerm := range []string{"Go ", "struct", "stepBody", "createBody", "session.", "json:", "int32", "int64", "*"} {
+			if strings.Contains(msg, goTerm) {
+				t.Errorf("%s: %q names %q", c.body, msg, goTerm)
+			}
+		}
+	}
+	if code, msg := do("POST", "/v1/sessions/boom/step", "Bearer tok", `{"turn": 0, "content": "hi"}`); code != 503 || strings.Contains(msg, "nats") {
+		t.Errorf("a bus failure: %d %q, want 503 without the bus's error", code, msg)
+	}
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	code, msg := do("POST", step, "Bearer tok", `{"turn": 1`+strings.Repeat("0", 1_000_000)+`.0, "content": "hi"}`)
+	runtime.ReadMemStats(&after)
+	if code != 400 || len(msg) > 300 || !strings.Contains(msg, "(1000003 characters)") {
+		t.Errorf("a million-digit turn: %d %.300q (%d bytes), want 400 quoting 40 digits and the length", code, msg, len(msg))
+	}
+	if mib := (after.TotalAlloc - before.TotalAlloc) >> 20; mib > 128 {
+		t.Errorf("a million-digit turn allocated %d MiB: it was parsed", mib)
+	}
+
+	for _, c := range []struct {
+		auth string
+		want int
+	}{
+		{"Bearer tok", 200}, {"bearer tok", 200}, {"BEARER tok", 200}, {"Bearer  tok", 200},
+		{"Basic tok", 401}, {"Bearertok", 401}, {"bearer", 401}, {"tok", 401}, {"bearer tok2", 401},
+	} {
+		if code, _ := do("GET", "/v1/tasks", c.auth, ""); code != c.want {
+			t.Errorf("Authorization %q: %d, want %d", c.auth, code, c.want)
 		}
 	}
 }

@@ -40,6 +40,11 @@ type StepResult struct {
 	Done        bool     `json:"done"`
 	Truncated   bool     `json:"truncated"`
 	Info        StepInfo `json:"info"`
+	// ReplyIgnored marks the answer to a step whose reply differs from
+	// the one its turn was played with (a retry that changed it): the
+	// turn keeps its first reply and this is that reply's answer. Set on
+	// the answer returned, never stored.
+	ReplyIgnored bool `json:"reply_ignored,omitempty"`
 }
 
 // StepInfo says what a step did.
@@ -78,6 +83,9 @@ var (
 	ErrTooMany        = errors.New("too many live sessions")
 	ErrStepTimeout    = errors.New("step still executing")
 	ErrInvalid        = errors.New("invalid request")
+	// ErrRunExists: a session's run id names a run this server did not
+	// start (medgym run's, the trainer's, or rows already in the store).
+	ErrRunExists = errors.New("run exists")
 	// ErrNotFound and ErrConflict are what a Store returns for a missing
 	// key and a stale revision (or a key that exists, on Create).
 	ErrNotFound = errors.New("not found")

@@ -66,15 +66,23 @@ func TestEpisodeThroughSteps(t *testing.T) {
 }
 
 // TestTurnIdempotent: a retried turn returns the stored answer without a
-// second execution; a turn ahead is a TurnError naming the expected one.
+// second execution, marked ReplyIgnored when its reply is not the one the
+// turn was played with; a turn ahead is a TurnError naming the expected one.
 func TestTurnIdempotent(t *testing.T) {
 	t.Parallel()
 	w, _ := newWorld(t, newMemStore(), Limits{})
 	id := create(t, w.svc, Options{}).Session.ID
 	first := step(t, w.svc, id, 0, code("print(7)"))
-	again := step(t, w.svc, id, 0, code("print(8)"))
-	if !reflect.DeepEqual(first, again) || len(w.actions) != 1 {
-		t.Fatalf("retried turn answered %+v (first %+v), %d actions executed", again, first, len(w.actions))
+	same := step(t, w.svc, id, 0, code("print(7)"))
+	other := step(t, w.svc, id, 0, code("print(8)"))
+	if first.ReplyIgnored || !reflect.DeepEqual(first, same) || len(w.actions) != 1 {
+		t.Fatalf("turn retried with its reply answered %+v (first %+v), %d actions executed", same, first, len(w.actions))
+	}
+	if !other.ReplyIgnored || other.Observation != first.Observation || len(w.actions) != 1 {
+		t.Fatalf("turn retried with another reply answered %+v (first %+v), %d actions executed", other, first, len(w.actions))
+	}
+	if sess, err := w.svc.Get(context.Background(), id); err != nil || sess.Steps[0].ReplyIgnored || sess.State.Turns[0].RawText != code("print(7)") {
+		t.Fatalf("stored step %+v, turn %q (%v): the mark or the other reply was stored", sess.Steps, sess.State.Turns[0].RawText, err)
 	}
 	var te *TurnError
 	if _, err := w.svc.Step(context.Background(), id, StepRequest{Turn: 5, Content: "x"}); !errors.As(err, &te) || te.Want != 1 {
@@ -105,7 +113,7 @@ func TestRestartMidStep(t *testing.T) {
 	w2.actions = w1.actions // the stream keeps the published action
 	go w2.observe(w1.actions[0])
 	r := step(t, w2.svc, id, 0, code("print(99)"))
-	if r.Observation != "3\n" || len(w2.actions) != 1 {
+	if r.Observation != "3\n" || !r.ReplyIgnored || len(w2.actions) != 1 {
 		t.Fatalf("after restart: %+v, %d actions", r, len(w2.actions))
 	}
 }

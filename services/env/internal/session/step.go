@@ -27,39 +27,55 @@ const maxConflicts = 8
 
 // Step plays one reply: a turn already answered returns its stored answer,
 // the expected turn is executed (once, whoever asks), a later one is a
-// TurnError, and any turn past the end is ErrDone.
+// TurnError, and any turn past the end is ErrDone. An answer to a reply
+// that is not the one its turn was played with is marked ReplyIgnored.
 func (s *Service) Step(ctx context.Context, id string, r StepRequest) (StepResult, error) {
+	res, played, err := s.step(ctx, id, r)
+	if err == nil && played != nil && played.RawText != r.Content {
+		res.ReplyIgnored = true
+	}
+	return res, err
+}
+
+// step is Step; played is the turn as stored when the request did not play
+// it (a retry), nil when it did.
+func (s *Service) step(ctx context.Context, id string, r StepRequest) (StepResult, *schemas.Turn, error) {
 	for range maxConflicts {
 		sess, rev, err := s.load(ctx, id)
 		if err != nil {
-			return StepResult{}, err
+			return StepResult{}, nil, err
 		}
 		k := len(sess.Steps)
+		var played *schemas.Turn
+		if r.Turn >= 0 && r.Turn < len(sess.State.Turns) {
+			played = &sess.State.Turns[r.Turn]
+		}
 		switch {
 		case r.Turn < 0:
-			return StepResult{}, fmt.Errorf("%w: turn %d is negative", ErrInvalid, r.Turn)
+			return StepResult{}, nil, fmt.Errorf("%w: turn %d is negative", ErrInvalid, r.Turn)
 		case r.Turn < k:
-			return sess.Steps[r.Turn], nil
+			return sess.Steps[r.Turn], played, nil
 		case sess.Score != nil:
-			return StepResult{}, fmt.Errorf("%w: the episode ended (%s) after %d steps; step turns 0..%d return their stored answers",
+			return StepResult{}, nil, fmt.Errorf("%w: the episode ended (%s) after %d steps; step turns 0..%d return their stored answers",
 				ErrDone, sess.Score.Outcome, k, k-1)
 		case r.Turn > k:
-			return StepResult{}, &TurnError{Got: r.Turn, Want: k}
+			return StepResult{}, nil, &TurnError{Got: r.Turn, Want: k}
 		case sess.State.PendingAction != nil || sess.State.Result != nil:
 			// This turn is executing (a retry, or a step whose answer was
 			// lost): re-publish what is pending (dropped as a duplicate
 			// if it was published) and wait for the answer.
 			if err := s.publish(ctx, episode.Step{Action: sess.State.PendingAction, Result: sess.State.Result}); err != nil {
-				return StepResult{}, err
+				return StepResult{}, nil, err
 			}
-			return s.wait(ctx, id, r.Turn)
+			res, err := s.wait(ctx, id, r.Turn)
+			return res, played, err
 		}
 		reply := episode.Completion{Text: r.Content, Reasoning: r.Reasoning, FinishReason: r.FinishReason,
 			PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens,
 			PromptTokenIDs: r.PromptTokenIDs, TokenIDs: r.TokenIDs, Logprobs: r.Logprobs}
 		next, step, err := s.engine(&reply).Resume(ctx, sess.State)
 		if err != nil {
-			return StepResult{}, fmt.Errorf("step %d of session %s: %w", r.Turn, id, err)
+			return StepResult{}, nil, fmt.Errorf("step %d of session %s: %w", r.Turn, id, err)
 		}
 		sess.State, sess.LastSeen = next, s.deps.Now()
 		switch {
@@ -72,17 +88,18 @@ func (s *Service) Step(ctx context.Context, id string, r StepRequest) (StepResul
 		if _, err := s.deps.Store.Update(ctx, sess, rev); errors.Is(err, ErrConflict) {
 			continue
 		} else if err != nil {
-			return StepResult{}, fmt.Errorf("save session %s (turn %d): %w", id, r.Turn, err)
+			return StepResult{}, nil, fmt.Errorf("save session %s (turn %d): %w", id, r.Turn, err)
 		}
 		if step.Action == nil && step.Result == nil {
-			return sess.Steps[r.Turn], nil
+			return sess.Steps[r.Turn], nil, nil
 		}
 		if err := s.publish(ctx, step); err != nil {
-			return StepResult{}, err
+			return StepResult{}, nil, err
 		}
-		return s.wait(ctx, id, r.Turn)
+		res, err := s.wait(ctx, id, r.Turn)
+		return res, nil, err
 	}
-	return StepResult{}, fmt.Errorf("step %d of session %s: %w (%d times)", r.Turn, id, ErrConflict, maxConflicts)
+	return StepResult{}, nil, fmt.Errorf("step %d of session %s: %w (%d times)", r.Turn, id, ErrConflict, maxConflicts)
 }
 
 // answer is the step answer of turn (before any score).
