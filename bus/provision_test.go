@@ -126,6 +126,16 @@ func TestVerifyFindsWhatProvisionDidNot(t *testing.T) {
 			_, err := js.UpdateStream(ctx, cfg)
 			return err
 		}, func() error { _, err := js.UpdateStream(ctx, goodKV); return err }},
+		{"expiring stored-episode claims", "KV_" + schemas.BucketStored, func() error {
+			s, err := js.Stream(ctx, "KV_"+schemas.BucketStored)
+			if err != nil {
+				return err
+			}
+			cfg := s.CachedInfo().Config
+			cfg.MaxAge, cfg.Duplicates = time.Second, time.Second
+			_, err = js.UpdateStream(ctx, cfg)
+			return err
+		}, func() error { return bus.Provision(ctx, conn, bus.StreamOptions{}) }},
 		{"a deleted durable", schemas.DurableDispatcherScores, func() error {
 			return js.DeleteConsumer(ctx, schemas.StreamScores, schemas.DurableDispatcherScores)
 		}, func() error { return bus.Provision(ctx, conn, bus.StreamOptions{}) }},
