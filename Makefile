@@ -115,8 +115,9 @@ test-system: setup-test library
 	MEDGYM_DOCKER=1 MEDGYM_LIBRARY=$(CURDIR)/build/library go test -race -count=1 -timeout 30m -skip '$(LONG_TESTS)' ./systemtest/...
 
 ## test-long: the system tests too long for every CI run (outside `make test`): the 3-node cluster across network
-## namespaces (as root; several minutes of outages, cuts and restarts)
-LONG_TESTS := ^TestClusterAcrossHosts$$
+## namespaces (as root; several minutes of outages, cuts and restarts) and the kill-only chaos run of the reference
+## model (TestSoak's slice in make test kills every kind of process, and more)
+LONG_TESTS := ^(TestClusterAcrossHosts|TestChaosExternalProcesses)$$
 test-long: setup-test library
 	MEDGYM_LIBRARY=$(CURDIR)/build/library go test -race -count=1 -timeout 30m -run '$(LONG_TESTS)' -v ./systemtest/
 
