@@ -51,6 +51,10 @@ NUMBYTES = bytes(b if b in _keep else 0x20 for b in range(256))
 def numbers(b):
     return b.translate(NUMBYTES).split()
 
+
+# The sniff counts runs of digits only (no signs, exponents or letters).
+DIGITBYTES = bytes(b if b in set(b"0123456789\n") else 0x20 for b in range(256))
+
 SPLIT = re.compile(rb"[,;\t| ]+")
 
 try:
@@ -80,24 +84,24 @@ class Prints:
     def __init__(self, doc):
         self.tasks = doc["tasks"]
         freq = collections.Counter()
-        self.rows = []  # (task index, canon feature Counter, label)
+        self.rows = []  # (task index, canon feature Counter, label, feature set)
         for ti, t in enumerate(self.tasks):
-            for r in t["rows"]:
+            for r in t.get("rows") or []:
                 fs = [canon(str(v)) for v in r["f"]]
                 if any(f is None for f in fs):
                     continue
-                self.rows.append((ti, collections.Counter(fs), str(r["y"])))
+                self.rows.append((ti, collections.Counter(fs), str(r["y"]), frozenset(fs)))
                 freq.update(set(fs))
         self.index = collections.defaultdict(list)
-        for ri, (_, fs, _) in enumerate(self.rows):
+        for ri, (_, fs, _, _) in enumerate(self.rows):
             anchor = min(fs, key=lambda f: (freq[f], f))
             self.index[anchor].append(ri)
-        self.nrows = collections.Counter(ti for ti, _, _ in self.rows)
-        self.need = {ti: max(3, n / 4) for ti, n in self.nrows.items()}
+        self.nrows = collections.Counter(r[0] for r in self.rows)
+        self.need = {ti: max(10, n / 4) for ti, n in self.nrows.items()}
         self.doubles = []
         if np is not None:
             for t in self.tasks:
-                self.doubles.append(np.unique(np.array(t.get("doubles", []), dtype=np.float64)))
+                self.doubles.append(np.unique(np.array(t.get("doubles") or [], dtype=np.float64)))
 
 
 def text_hits(p, blob):
@@ -119,7 +123,7 @@ def text_hits(p, blob):
                 continue
             seen.add(c)
             for ri in p.index[c]:
-                ti, fs, _ = p.rows[ri]
+                ti, fs, _, _ = p.rows[ri]
                 if ri in matched[ti]:
                     continue
                 if have is None:
@@ -146,10 +150,12 @@ def maybe_text_hit(p, blob):
     per = collections.Counter()
     for a in toks.intersection(p.index):
         for ri in p.index[a]:
-            ti, fs, _ = p.rows[ri]
-            if all(f in toks for f in fs):
-                per[ti] += 1
-    return any(n >= p.need[ti] for ti, n in per.items())
+            row = p.rows[ri]
+            if row[3] <= toks:
+                per[row[0]] += 1
+                if per[row[0]] >= p.need[row[0]]:
+                    return True
+    return False
 
 
 def labelled(p, rows):
@@ -264,7 +270,7 @@ def blobs(name, blob, depth=0):
 def tabular(head):
     if b"\0" in head:
         return False
-    return sum(1 for line in head.translate(NUMBYTES).split(b"\n") if len(line.split()) >= 2) >= 5
+    return sum(1 for line in head.translate(DIGITBYTES).split(b"\n") if len(line.split()) >= 2) >= 5
 
 
 def scan(p, roots, skip):
