@@ -12,6 +12,8 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
 PKGS_FILE="$HERE/deploy/sandbox-image/packages.txt"
+# The one list of public copies of held-out task data; the bwrap backend masks the same paths.
+MASKED_FILE="$HERE/services/sandbox-worker/sandbox/masked_paths.txt"
 CACHE="${MEDGYM_IMAGE_CACHE:-/var/cache/medgym}/sandbox-image"
 REPO="${MEDGYM_SANDBOX_IMAGE_REPO:-medgym/sandbox}"
 SUITE=bookworm
@@ -45,7 +47,7 @@ mirror() {
 
 MIRROR="$(mirror)" || { echo "sandbox-image: no Debian $SUITE mirror in /etc/apt/sources.list{,.d/*}" >&2; exit 1; }
 PKGS="$(grep -vE '^[[:space:]]*(#|$)' "$PKGS_FILE" | tr -s ' \n' ',' | sed 's/,$//')"
-DIGEST="$( { cat "$PKGS_FILE" "$0"; echo "$MIRROR $SUITE"; } | sha256sum | cut -c1-16)"
+DIGEST="$( { cat "$PKGS_FILE" "$MASKED_FILE" "$0"; echo "$MIRROR $SUITE"; } | sha256sum | cut -c1-16)"
 TAG="$REPO:$DIGEST"
 
 # One build at a time: two concurrent runs (two test jobs on one machine) would
@@ -84,6 +86,20 @@ if [ ! -f "$DIR/rootfs.done" ] || [ "$FORCE" = 1 ]; then
   rm -rf "$ROOTFS"/usr/share/doc/* "$ROOTFS"/usr/share/man/* "$ROOTFS"/usr/share/info/* \
     "$ROOTFS"/usr/share/locale/* "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/cache/apt/*.bin \
     "$ROOTFS"/var/lib/apt/lists/* "$ROOTFS"/var/log/* "$ROOTFS"/tmp/* "$ROOTFS"/home
+  # Delete the public copies of held-out task data (labelled test rows).
+  while read -r pat; do
+    case "$pat" in
+      '' | '#'*) continue ;;
+      /usr/*) ;;
+      *) echo "sandbox-image: $MASKED_FILE: $pat is not under /usr/" >&2; exit 1 ;;
+    esac
+    for p in "$ROOTFS"$pat; do
+      if [ -e "$p" ] || [ -L "$p" ]; then
+        echo "sandbox-image: deleting ${p#"$ROOTFS"} (masked_paths.txt)" >&2
+        rm -rf -- "$p"
+      fi
+    done
+  done <"$MASKED_FILE"
   find "$ROOTFS/usr/lib/python3" -name __pycache__ -prune -o -name '*.pyc' -print0 2>/dev/null | xargs -0r rm -f
   mkdir -p "$ROOTFS/work" "$ROOTFS/data" "$ROOTFS/opt/medgym"
   chmod 0755 "$ROOTFS/work" "$ROOTFS/data"

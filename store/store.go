@@ -555,6 +555,14 @@ func (s *Store) HasRun(ctx context.Context, runID string) (bool, error) {
 // stored twice (two writers racing), the row of the first file in key order
 // wins. Rows are in file order, then row order.
 func (s *Store) ReadRun(ctx context.Context, runID string) ([]parquet.Row, error) {
+	return s.ReadRunChecked(ctx, runID, nil)
+}
+
+// ReadRunChecked is ReadRun that passes every row of every file to check
+// (nil: none) and fails on the first error, naming the run and the file:
+// "read run R: trajectories/run=R/part-….parquet: " and check's error
+// (parquet.Row.Validate names the episode and the column).
+func (s *Store) ReadRunChecked(ctx context.Context, runID string, check func(*parquet.Row) error) ([]parquet.Row, error) {
 	keys, err := s.partKeys(ctx, runID)
 	if err != nil {
 		return nil, err
@@ -569,6 +577,14 @@ func (s *Store) ReadRun(ctx context.Context, runID string) ([]parquet.Row, error
 		got, err := parquet.Read(ctx, bytes.NewReader(data))
 		if err != nil {
 			return nil, fmt.Errorf("read run %s: %s: %w", runID, k, err)
+		}
+		for i := range got {
+			if check == nil {
+				break
+			}
+			if err := check(&got[i]); err != nil {
+				return nil, fmt.Errorf("read run %s: %s: %w", runID, k, err)
+			}
 		}
 		for _, r := range got {
 			if _, dup := seen[r.EpisodeID]; dup {

@@ -70,6 +70,9 @@ func Read(ctx context.Context, r ReaderAtSeeker) ([]Row, error) {
 		return nil, fmt.Errorf("read parquet: %w", err)
 	}
 	defer rr.Release()
+	if err := checkColumns(rr.Schema()); err != nil {
+		return nil, fmt.Errorf("read parquet: %w", err)
+	}
 	var rows []Row
 	for rr.Next() {
 		got, err := RowsFromRecord(rr.RecordBatch())

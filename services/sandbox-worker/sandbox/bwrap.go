@@ -89,8 +89,9 @@ type bwrapBase struct {
 	asRoot   bool          // worker is root: drop to sandboxUID on the host too
 	seq      atomic.Int64
 	hostUID  int
-	overhead int64  // extra cgroup memory for the interpreter itself
-	seccomp  []byte // BPF program bwrap loads before the command; nil: none
+	overhead int64        // extra cgroup memory for the interpreter itself
+	seccomp  []byte       // BPF program bwrap loads before the command; nil: none
+	masks    []maskedPath // host paths under /usr hidden behind empty placeholders
 }
 
 // sandboxEnv is the complete environment of agent code.
@@ -118,6 +119,9 @@ func (b *bwrapBase) args(workspace string, mounts []mount) []string {
 		"--unshare-all", "--unshare-user", "--uid", strconv.Itoa(sandboxUID), "--gid", strconv.Itoa(sandboxUID),
 		"--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
 		"--ro-bind", "/usr", "/usr",
+	}
+	a = append(a, maskArgs(b.meta, b.masks)...)
+	a = append(a,
 		"--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
 		"--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
 		"--ro-bind-try", "/etc/alternatives", "/etc/alternatives",
@@ -128,7 +132,7 @@ func (b *bwrapBase) args(workspace string, mounts []mount) []string {
 		"--tmpfs", "/tmp",
 		"--ro-bind", filepath.Join(b.meta, "boot.py"), bootPath,
 		"--bind", workspace, WorkDir,
-	}
+	)
 	for _, m := range mounts {
 		a = append(a, "--ro-bind", m.host, m.inside)
 	}

@@ -174,7 +174,7 @@ func (s *Sandbox) prepareWorkRoot() error {
 			return fmt.Errorf("sandbox: work root: %w", err)
 		}
 	}
-	return nil
+	return writeMaskPlaceholders(meta)
 }
 
 func (s *Sandbox) cleanupRoot() {
@@ -209,8 +209,15 @@ func (s *Sandbox) newBwrap(ctx context.Context) (runner, error) {
 			return nil, err
 		}
 	}
+	masks, err := hostMasks()
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range masks {
+		s.log.Info("sandbox: masking a public copy of held-out task data", "path", m.path)
+	}
 	base := &bwrapBase{bwrap: bw, python: s.cfg.Python, meta: filepath.Join(s.cfg.WorkRoot, metaDir),
-		limits: s.cfg.Limits, asRoot: os.Geteuid() == 0, overhead: 64 << 20}
+		limits: s.cfg.Limits, asRoot: os.Geteuid() == 0, overhead: 64 << 20, masks: masks}
 	if s.cfg.DisableSeccomp {
 		s.log.Warn("sandbox: seccomp filter disabled by config")
 	} else {

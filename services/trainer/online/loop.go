@@ -477,7 +477,7 @@ func plannedScores(spec schemas.RunSpec, read map[string]schemas.Score, log *slo
 // readRows reads the current run (which must hold every scored episode)
 // and the runs of the Replay iterations before it.
 func (l *Loop) readRows(ctx context.Context, it, scored int) ([]parquet.Row, error) {
-	cur, err := l.st.ReadRun(ctx, l.RunID(it))
+	cur, err := train.ReadRun(ctx, l.st, l.RunID(it))
 	if err != nil {
 		return nil, err
 	}
@@ -486,7 +486,7 @@ func (l *Loop) readRows(ctx context.Context, it, scored int) ([]parquet.Row, err
 	}
 	rows := cur
 	for back := 1; back <= l.cfg.Stale.Replay && it-back >= 0; back++ {
-		old, err := l.st.ReadRun(ctx, l.RunID(it-back))
+		old, err := train.ReadRun(ctx, l.st, l.RunID(it-back))
 		if err != nil {
 			return nil, err
 		}

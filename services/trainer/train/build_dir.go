@@ -23,6 +23,39 @@ type Source interface {
 	ReadRun(ctx context.Context, runID string) ([]parquet.Row, error)
 }
 
+// checkedSource is a Source that checks rows file by file, so an error
+// names the file; *store.Store is one.
+type checkedSource interface {
+	ReadRunChecked(ctx context.Context, runID string, check func(*parquet.Row) error) ([]parquet.Row, error)
+}
+
+// ReadRun reads a run's rows for training, each checked by
+// parquet.Row.Validate: a row with a missing, non-finite or impossible
+// reward, negative token counts, an unknown schema version or an
+// oversized text cell fails with an error naming the run, the file (when
+// src is a *store.Store), the episode and the column, instead of training
+// on it.
+func ReadRun(ctx context.Context, src Source, runID string) ([]parquet.Row, error) {
+	check := func(r *parquet.Row) error { return r.Validate() }
+	if c, ok := src.(checkedSource); ok {
+		rows, err := c.ReadRunChecked(ctx, runID, check)
+		if err != nil {
+			return nil, fmt.Errorf("training data: %w", err)
+		}
+		return rows, nil
+	}
+	rows, err := src.ReadRun(ctx, runID)
+	if err != nil {
+		return nil, fmt.Errorf("training data: %w", err)
+	}
+	for i := range rows {
+		if err := check(&rows[i]); err != nil {
+			return nil, fmt.Errorf("training data: read run %s: %w", runID, err)
+		}
+	}
+	return rows, nil
+}
+
 // Filter selects rows. Empty lists match everything.
 type Filter struct {
 	Runs             []string `json:"runs,omitempty"`
@@ -71,7 +104,7 @@ func Load(ctx context.Context, src Source, f Filter) ([]parquet.Row, []string, L
 	var rows []parquet.Row
 	var used []string
 	for _, id := range runs {
-		rs, err := src.ReadRun(ctx, id)
+		rs, err := ReadRun(ctx, src, id)
 		if err != nil {
 			return nil, nil, st, err
 		}

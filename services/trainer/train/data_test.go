@@ -17,7 +17,7 @@ import (
 // "!"-prefixed action failed to parse; the last action is accepted when
 // the outcome is correct.
 func episode(run, model string, temp float64, task string, sample int32, outcome string, actions ...string) parquet.Row {
-	r := parquet.Row{RunID: run, EpisodeID: run + "/" + task + "/" + string(rune('0'+sample)), TaskID: task,
+	r := parquet.Row{RunID: run, SchemaVersion: parquet.SchemaVersion, EpisodeID: run + "/" + task + "/" + string(rune('0'+sample)), TaskID: task,
 		Dataset: "medcalcbench", Split: "train", SampleIndex: sample, Model: model, Temperature: &temp, Outcome: outcome,
 		Messages: []parquet.Message{{Role: "system", Content: "You are an agent."}, {Role: "user", Content: "Task " + task}}}
 	if outcome == "correct" {

@@ -21,7 +21,11 @@ func (m memSource) ReadRun(_ context.Context, id string) ([]parquet.Row, error) 
 func TestLoadLeavesOutInfraAndSandboxFailures(t *testing.T) {
 	var rows []parquet.Row
 	for i, o := range []string{"correct", "incorrect", "sandbox_error", "infra_failure", "timeout", "abandoned"} {
-		rows = append(rows, parquet.Row{EpisodeID: string(rune('a' + i)), Outcome: o})
+		r := parquet.Row{RunID: "r1", SchemaVersion: parquet.SchemaVersion, EpisodeID: string(rune('a' + i)), Outcome: o}
+		if o == "correct" {
+			r.Reward = 1
+		}
+		rows = append(rows, r)
 	}
 	src := memSource{"r1": rows}
 	kept, _, st, err := train.Load(context.Background(), src, train.Filter{})
