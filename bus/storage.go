@@ -1,0 +1,104 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// JetStream's error codes for a full store (nats-server's errors.json).
+const (
+	// codeInsufficientResources: the server's store is at its
+	// max_file_store (or max_memory_store); a publish is refused.
+	codeInsufficientResources = 10023
+	// codeStorageExceeded: a stream's max_bytes does not fit in what the
+	// server (or the account) has left to reserve.
+	codeStorageExceeded = 10047
+	// codeAccountResourcesExceeded: the account's JetStream limits are
+	// reached.
+	codeAccountResourcesExceeded = 10002
+)
+
+// IsStorageFull reports whether err is JetStream refusing to store: the
+// server's store is at its limit (insufficient resources), a reservation
+// does not fit, the account's limits are reached, or the disk itself is
+// full (no space left on device). Such an error passes when space is
+// freed; it is neither the message's fault nor permanent.
+func IsStorageFull(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ae *jetstream.APIError
+	if errors.As(err, &ae) {
+		switch ae.ErrorCode {
+		case codeInsufficientResources, codeStorageExceeded, codeAccountResourcesExceeded:
+			return true
+		}
+	}
+	s := err.Error()
+	return strings.Contains(s, "insufficient resources") || strings.Contains(s, "insufficient storage") ||
+		strings.Contains(s, "no space left") || strings.Contains(s, "resource limits exceeded")
+}
+
+// storageRetry is how a handler meeting a full store waits: from first to
+// at most max between attempts.
+type storageRetry struct{ first, max time.Duration }
+
+var defaultStorageRetry = storageRetry{first: time.Second, max: 15 * time.Second}
+
+// whileStorageFull calls f until it returns something other than a
+// storage-full error, waiting with a backoff between attempts and counting
+// each refusal; it gives up only when ctx is done. Retrying in place
+// instead of nak-ing keeps a full store from spending the message's
+// deliveries (MaxDeliver): a message that ran out of them while the dead
+// letters could not be written either would be lost.
+func (rt *Router) whileStorageFull(ctx context.Context, handler string, f func() error) error {
+	wait := rt.storageRetry.first
+	for n := 1; ; n++ {
+		err := f()
+		if !IsStorageFull(err) {
+			if n > 1 {
+				rt.log.InfoContext(ctx, "JetStream stores again", "handler", handler, "attempts", n)
+			}
+			return err
+		}
+		rt.Metrics.countStorageFull(handler)
+		if n == 1 || n%10 == 0 {
+			rt.log.WarnContext(ctx, "JetStream storage full: retrying until space is freed (raise max_file_store, grow the volume, or purge)",
+				"handler", handler, "attempt", n, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, rt.storageRetry.max)
+	}
+}
+
+// explainStorage turns EnsureStreams' failure to reserve the streams'
+// max_bytes into what to do about it: how much file storage the server
+// offers, how much medgym's streams reserve, and the knobs. Other errors
+// pass unchanged.
+func explainStorage(ctx context.Context, c *Conn, o StreamOptions, err error) error {
+	var ae *jetstream.APIError
+	if !errors.As(err, &ae) || ae.ErrorCode != codeStorageExceeded {
+		return err
+	}
+	o = o.withDefaults()
+	reserve := o.DeadLetterMaxBytes // the one stream with a max_bytes
+	offered := "an unknown number of"
+	if info, ierr := c.js.AccountInfo(ctx); ierr == nil && info.Limits.MaxStore > 0 {
+		offered = fmt.Sprintf("%d", info.Limits.MaxStore)
+		if info.Store > 0 {
+			offered += fmt.Sprintf(" (%d in use)", info.Store)
+		}
+	}
+	return fmt.Errorf("%w: JetStream offers %s bytes of file storage; medgym's streams reserve %d (the dead-letter stream's max_bytes) plus room for their messages: "+
+		"give nats-server a larger store volume or set jetstream { max_file_store: ... } to at least that (nats-server sizes its default to 75%% of the volume's free space); see deploy/README.md",
+		err, offered, reserve)
+}
