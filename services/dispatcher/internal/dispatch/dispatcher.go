@@ -112,6 +112,8 @@ type Dispatcher struct {
 	// suspects: per run, the episodes the last reconciliation found
 	// unscored with no message in play (see Reconcile).
 	suspects map[string]map[int]bool
+	// recorded: per run, the episodes Reconcile recorded as lost.
+	recorded map[string]map[int]bool
 	wg       sync.WaitGroup
 }
 
@@ -138,7 +140,7 @@ func New(ctx context.Context, deps Deps, cfg Config) *Dispatcher {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Dispatcher{deps: deps, cfg: cfg, done: completions{deps.Episodes}, runCtx: ctx,
-		active: map[string]*runState{}, plans: map[string]*Plan{}, suspects: map[string]map[int]bool{}}
+		active: map[string]*runState{}, plans: map[string]*Plan{}, suspects: map[string]map[int]bool{}, recorded: map[string]map[int]bool{}}
 }
 
 // Wait returns when every admission loop has returned (after the context
@@ -323,6 +325,7 @@ func (d *Dispatcher) startPlan(p *Plan) {
 			delete(d.active, p.Spec.RunID)
 			delete(d.plans, p.Spec.RunID)
 			delete(d.suspects, p.Spec.RunID)
+			delete(d.recorded, p.Spec.RunID)
 			d.mu.Unlock()
 			d.wakeAll() // the others' shares grow
 		}()

@@ -116,6 +116,10 @@ func (d *Dispatcher) reconcileRun(ctx context.Context, rs *runState) error {
 		}
 	}
 	d.suspects[run] = now
+	if d.recorded[run] == nil {
+		d.recorded[run] = map[int]bool{}
+	}
+	recorded := d.recorded[run]
 	d.mu.Unlock()
 	for _, i := range confirmed {
 		req := p.Request(i, time.Now().UTC())
@@ -123,6 +127,16 @@ func (d *Dispatcher) reconcileRun(ctx context.Context, rs *runState) error {
 			StartedAt: req.RequestedAt, FinishedAt: req.RequestedAt}
 		if err := d.deps.Publish(ctx, schemas.EpisodeCompleted.For(run), schemas.ResultMsgID(req.EpisodeID), res); err != nil {
 			return fmt.Errorf("reconcile run %s: record lost episode %s: %w", run, req.EpisodeID, err)
+		}
+		// Still lost after its record: publish it again (its result id may
+		// have been taken by a result lost too; JetStream's dedupe drops
+		// the repeats), but count and log it once.
+		d.mu.Lock()
+		again := recorded[i]
+		recorded[i] = true
+		d.mu.Unlock()
+		if again {
+			continue
 		}
 		d.deps.Log.Warn("episode lost in the pipeline: recording infra_failure", "run", run, "episode", req.EpisodeID)
 		if d.deps.Lost != nil {
