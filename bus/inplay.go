@@ -33,6 +33,11 @@ var pipelineStages = []struct{ stream, durable string }{
 // each was acked or ran out of deliveries (JetStream moves the ack floor
 // past those; the dead-letter copy may have failed), or was discarded.
 //
+// A delivered message above the floor counts as in play while the
+// consumer has any delivery unacked (see below), so an episode whose
+// message ran out of deliveries may be named until the consumer is idle
+// at a look.
+//
 // It reads from stored state only, the streams' sequences and the
 // consumers' ack floors, so it holds across restarts. It is consistent for
 // an episode alive all along: every step publishes the next message
@@ -69,7 +74,17 @@ func (c *Conn) EpisodesInPlay(ctx context.Context, run string) (map[string]bool,
 		if err != nil {
 			return nil, fmt.Errorf("episodes in play: consumer %s: %w", st.durable, err)
 		}
-		if err := c.scanEpisodes(ctx, s, st.stream, run, info.AckFloor.Stream+1, found); err != nil {
+		// Above the ack floor, unless nothing delivered waits for an
+		// ack: JetStream does not always move the floor past a message
+		// that ran out of deliveries while later ones are unacked, so a
+		// delivered message above it may be done. Then the look is
+		// conservative (it counts as in play) until the consumer has no
+		// ack pending at a look, or its floor moves.
+		from := info.AckFloor.Stream + 1
+		if info.NumAckPending == 0 {
+			from = max(from, info.Delivered.Stream+1)
+		}
+		if err := c.scanEpisodes(ctx, s, st.stream, run, from, found); err != nil {
 			return nil, err
 		}
 	}

@@ -89,16 +89,47 @@ func explainStorage(ctx context.Context, c *Conn, o StreamOptions, err error) er
 	if !errors.As(err, &ae) || ae.ErrorCode != codeStorageExceeded {
 		return err
 	}
-	o = o.withDefaults()
-	reserve := o.DeadLetterMaxBytes // the one stream with a max_bytes
+	reserve := o.withDefaults().DeadLetterMaxBytes // the one stream with a max_bytes
 	offered := "an unknown number of"
-	if info, ierr := c.js.AccountInfo(ctx); ierr == nil && info.Limits.MaxStore > 0 {
-		offered = fmt.Sprintf("%d", info.Limits.MaxStore)
-		if info.Store > 0 {
-			offered += fmt.Sprintf(" (%d in use)", info.Store)
-		}
+	if n, ok := reservable(ctx, c, reserve); ok {
+		offered = fmt.Sprintf("%d", n)
 	}
 	return fmt.Errorf("%w: JetStream offers %s bytes of file storage; medgym's streams reserve %d (the dead-letter stream's max_bytes) plus room for their messages: "+
 		"give nats-server a larger store volume or set jetstream { max_file_store: ... } to at least that (nats-server sizes its default to 75%% of the volume's free space); see deploy/README.md",
 		err, offered, reserve)
+}
+
+// probeStream is the stream reservable creates and deletes.
+const probeStream = "MEDGYM_STORAGE_PROBE"
+
+// reservable finds how many bytes of file storage the server still lets a
+// stream reserve, below limit: the account's limit when it has one, else
+// by a binary search over the max_bytes of a probe stream it creates and
+// deletes (the server reports its own limit only to its system account).
+func reservable(ctx context.Context, c *Conn, limit int64) (int64, bool) {
+	if info, err := c.js.AccountInfo(ctx); err == nil && info.Limits.MaxStore > 0 {
+		return info.Limits.MaxStore - int64(info.Store), true
+	}
+	fits := func(n int64) bool {
+		_, err := c.js.CreateStream(ctx, jetstream.StreamConfig{Name: probeStream, Subjects: []string{"_medgym.storage.probe"},
+			Storage: jetstream.FileStorage, MaxBytes: n})
+		if err != nil {
+			return false
+		}
+		_ = c.js.DeleteStream(ctx, probeStream)
+		return true
+	}
+	if !fits(1) {
+		return 0, false
+	}
+	lo, hi := int64(1), limit // fits(lo), !fits(hi)
+	for hi-lo > 1 && ctx.Err() == nil {
+		mid := lo + (hi-lo)/2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, ctx.Err() == nil
 }

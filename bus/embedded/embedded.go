@@ -18,6 +18,9 @@ type Options struct {
 	Port int
 	// MaxPayload in bytes (default 8 MiB: trajectories are large).
 	MaxPayload int32
+	// MaxFileStore bounds JetStream's file store in bytes (default: the
+	// server's, 75% of the volume's free space).
+	MaxFileStore int64
 }
 
 // Start starts a server and waits until it accepts connections.
@@ -29,14 +32,15 @@ func Start(o Options) (*server.Server, error) {
 		o.MaxPayload = 8 << 20
 	}
 	ns, err := server.NewServer(&server.Options{
-		ServerName: "medgym-embedded",
-		Host:       "127.0.0.1",
-		Port:       o.Port,
-		JetStream:  true,
-		StoreDir:   o.StoreDir,
-		MaxPayload: o.MaxPayload,
-		NoSigs:     true,
-		NoLog:      true,
+		ServerName:        "medgym-embedded",
+		Host:              "127.0.0.1",
+		Port:              o.Port,
+		JetStream:         true,
+		StoreDir:          o.StoreDir,
+		JetStreamMaxStore: o.MaxFileStore,
+		MaxPayload:        o.MaxPayload,
+		NoSigs:            true,
+		NoLog:             true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats-server: %w", err)
