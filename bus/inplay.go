@@ -127,37 +127,24 @@ func (c *Conn) deadLettersPending(ctx context.Context) error {
 }
 
 // scanEpisodes adds the episodes of run's messages in s from sequence
-// from on (headers only) to found.
+// from on to found. It reads them one by one with the stream's message
+// get (next on the run's subject), which a service's NATS user may do
+// without creating consumers on another service's stream; the messages
+// above the floors are those in flight, a bounded number.
 func (c *Conn) scanEpisodes(ctx context.Context, s jetstream.Stream, stream, run string, from uint64, found map[string]bool) error {
 	subject := schemas.StreamSubjects[stream].For(run)
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq: max(from, 1), HeadersOnly: true,
-	})
-	if err != nil {
-		return fmt.Errorf("episodes in play: scan %s: %w", stream, err)
-	}
-	for {
-		batch, err := cons.FetchNoWait(256)
-		if err != nil {
-			return fmt.Errorf("episodes in play: scan %s: %w", stream, err)
-		}
-		n, left := 0, uint64(0)
-		for m := range batch.Messages() {
-			n++
-			if ep := episodeOfMsgID(run, m.Headers().Get(jetstream.MsgIDHeader)); ep != "" {
-				found[ep] = true
-			}
-			if md, err := m.Metadata(); err == nil {
-				left = md.NumPending
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return fmt.Errorf("episodes in play: scan %s: %w", stream, err)
-		}
-		if n == 0 || left == 0 {
+	for seq := max(from, 1); ; {
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil
 		}
+		if err != nil {
+			return fmt.Errorf("episodes in play: scan %s from %d: %w", stream, seq, err)
+		}
+		if ep := episodeOfMsgID(run, m.Header.Get(jetstream.MsgIDHeader)); ep != "" {
+			found[ep] = true
+		}
+		seq = m.Sequence + 1
 	}
 }
 

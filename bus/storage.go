@@ -110,16 +110,19 @@ func reservable(ctx context.Context, c *Conn, limit int64) (int64, bool) {
 	if info, err := c.js.AccountInfo(ctx); err == nil && info.Limits.MaxStore > 0 {
 		return info.Limits.MaxStore - int64(info.Store), true
 	}
+	deleted := true
 	fits := func(n int64) bool {
 		_, err := c.js.CreateStream(ctx, jetstream.StreamConfig{Name: probeStream, Subjects: []string{"_medgym.storage.probe"},
 			Storage: jetstream.FileStorage, MaxBytes: n})
 		if err != nil {
 			return false
 		}
-		_ = c.js.DeleteStream(ctx, probeStream)
+		deleted = c.js.DeleteStream(ctx, probeStream) == nil
 		return true
 	}
-	if !fits(1) {
+	// A user that may create streams but not delete them (the deploy
+	// permissions) stops at the first probe, which reserves 1 byte.
+	if !fits(1) || !deleted {
 		return 0, false
 	}
 	lo, hi := int64(1), limit // fits(lo), !fits(hi)
