@@ -80,8 +80,8 @@ func (d *Dispatcher) reconcileRun(ctx context.Context, rs *runState) error {
 	if err != nil {
 		return fmt.Errorf("reconcile run %s: %w", run, err)
 	}
-	if st.Finished || st.Error != "" || st.Cancel != "" {
-		return nil
+	if st.Finished || st.Error != "" || st.Cancel == schemas.CancelDrop {
+		return nil // a drained run still waits for its published episodes
 	}
 	inPlay, err := d.deps.Pipeline.EpisodesInPlay(ctx, run)
 	if err != nil {

@@ -171,3 +171,35 @@ func TestReconcileWithoutPipeline(t *testing.T) {
 		t.Fatal("results published without a pipeline")
 	}
 }
+
+// TestReconcileCancelledRuns: a drained run still waits for its published
+// episodes, so its lost ones are recorded; a dropped run is over.
+func TestReconcileCancelledRuns(t *testing.T) {
+	for _, mode := range []string{schemas.CancelDrain, schemas.CancelDrop} {
+		t.Run(mode, func(t *testing.T) {
+			f := newFixture(t)
+			d := f.started(f.spec("r", 2, 1, 2))
+			d.deps.Pipeline = &memPipeline{}
+			st, rev, err := f.runs.Get(f.ctx, "r")
+			if err != nil {
+				t.Fatal(err)
+			}
+			st.Cancel = mode
+			if _, err := f.runs.Update(f.ctx, st, rev); err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if err := d.Reconcile(f.ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := 0
+			if mode == schemas.CancelDrain {
+				want = 2
+			}
+			if got := len(lostResults(f.bus)); got != want {
+				t.Fatalf("%d lost episodes recorded, want %d", got, want)
+			}
+		})
+	}
+}
