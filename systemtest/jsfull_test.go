@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,8 +27,15 @@ import (
 // Nothing is restarted: the services retry while the store is full, the
 // dispatcher's reconciliation finds the lost episodes from stored state
 // and records them as infra_failure, and the run finishes with every
-// planned episode stored exactly once.
+// planned episode stored exactly once. The space is freed by purging the
+// filler, or by raising max_file_store with a configuration reload.
 func TestJetStreamStoreFullMidRun(t *testing.T) {
+	for _, how := range []string{"purge", "reload"} {
+		t.Run(how, func(t *testing.T) { storeFullMidRun(t, how == "reload") })
+	}
+}
+
+func storeFullMidRun(t *testing.T, reload bool) {
 	const (
 		episodes  = 24
 		fullAfter = 6
@@ -37,10 +45,14 @@ func TestJetStreamStoreFullMidRun(t *testing.T) {
 	addr := freeAddr(t)
 	host, port, _ := net.SplitHostPort(addr)
 	conf := filepath.Join(work, "nats.conf")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, "listen: %q\njetstream {\n  store_dir: %q\n  max_file_store: 64MB\n}\n",
-		net.JoinHostPort(host, port), filepath.Join(work, "nats")), 0o644); err != nil {
-		t.Fatal(err)
+	writeConf := func(maxStore string) {
+		t.Helper()
+		if err := os.WriteFile(conf, fmt.Appendf(nil, "listen: %q\njetstream {\n  store_dir: %q\n  max_file_store: %s\n}\n",
+			net.JoinHostPort(host, port), filepath.Join(work, "nats"), maxStore), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
+	writeConf("64MB")
 	logf, err := os.Create(filepath.Join(work, "nats.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -115,10 +127,19 @@ func TestJetStreamStoreFullMidRun(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	if err := free(ctx); err != nil {
-		t.Fatal(err)
+	if reload {
+		t.Cleanup(func() { _ = free(context.Background()) })
+		writeConf("128MB")
+		if err := ns.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		t.Log("max_file_store raised")
+	} else {
+		if err := free(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Log("store freed")
 	}
-	t.Log("store freed")
 
 	select {
 	case <-r.done:
