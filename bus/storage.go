@@ -23,25 +23,25 @@ const (
 	codeAccountResourcesExceeded = 10002
 )
 
-// IsStorageFull reports whether err is JetStream refusing to store: the
-// server's store is at its limit (insufficient resources), a reservation
-// does not fit, the account's limits are reached, or the disk itself is
-// full (no space left on device). Such an error passes when space is
+// IsStorageFull reports whether err is JetStream refusing to store (an
+// API error, wrapped or not): the server's store is at its limit
+// (insufficient resources), a reservation does not fit, the account's
+// limits are reached, or the disk itself is full (no space left on
+// device). Such an error passes when space is
 // freed; it is neither the message's fault nor permanent.
 func IsStorageFull(err error) bool {
-	if err == nil {
+	var ae *jetstream.APIError
+	if !errors.As(err, &ae) {
+		// Only JetStream's own answer counts: a handler's error that
+		// mentions a full disk (a sandbox's, say) is the handler's.
 		return false
 	}
-	var ae *jetstream.APIError
-	if errors.As(err, &ae) {
-		switch ae.ErrorCode {
-		case codeInsufficientResources, codeStorageExceeded, codeAccountResourcesExceeded:
-			return true
-		}
+	switch ae.ErrorCode {
+	case codeInsufficientResources, codeStorageExceeded, codeAccountResourcesExceeded:
+		return true
 	}
-	s := err.Error()
-	return strings.Contains(s, "insufficient resources") || strings.Contains(s, "insufficient storage") ||
-		strings.Contains(s, "no space left") || strings.Contains(s, "resource limits exceeded")
+	d := ae.Description
+	return strings.Contains(d, "no space left") || strings.Contains(d, "insufficient resources") || strings.Contains(d, "insufficient storage")
 }
 
 // storageRetry is how a handler meeting a full store waits: from first to

@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -229,5 +230,24 @@ func TestEnsureStreamsExplainsSmallStore(t *testing.T) {
 	}
 	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{DeadLetterMaxBytes: 64 << 20}); err != nil {
 		t.Fatalf("with a reservation that fits: %v", err)
+	}
+}
+
+// TestIsStorageFull: only JetStream's answers count, wrapped or not.
+func TestIsStorageFull(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		full bool
+	}{
+		{&jetstream.APIError{Code: 503, ErrorCode: 10023, Description: "insufficient resources"}, true},
+		{fmt.Errorf("publish x: %w", &jetstream.APIError{Code: 500, ErrorCode: 10047}), true},
+		{&jetstream.APIError{Code: 500, ErrorCode: 10999, Description: "write err: no space left on device"}, true},
+		{&jetstream.APIError{Code: 404, ErrorCode: 10059, Description: "stream not found"}, false},
+		{errors.New("sandbox: write /tmp/work/x: no space left on device"), false},
+		{nil, false},
+	} {
+		if got := bus.IsStorageFull(tc.err); got != tc.full {
+			t.Errorf("IsStorageFull(%v) = %v, want %v", tc.err, got, tc.full)
+		}
 	}
 }
