@@ -29,7 +29,13 @@
 //     the delivery count; JetStream redelivers up to MaxDeliver times, then
 //     its max-deliveries advisory moves the message to the dead-letter
 //     stream too (see WatchMaxDeliveries; same id scheme). No handler
-//     retries in a loop.
+//     retries in a loop, but for one error: JetStream's store is full
+//     (IsStorageFull: insufficient resources, no space left). The handler
+//     is called again in place with a backoff, counted in
+//     medgym_jetstream_storage_full_total, so a full store spends no
+//     deliveries (ADR 31). The dead-letter copy of an exhausted message is
+//     best effort; the dispatcher finds episodes left with no message in
+//     play from stored state (Conn.EpisodesInPlay).
 //   - the dead-letter path never produces dead letters: a handler on the
 //     dead-letter stream that fails permanently has its message counted as
 //     junk (reason dead_letter) and acked, and WatchMaxDeliveries ignores

@@ -40,3 +40,8 @@ func NewSubscriber(cons jetstream.Consumer, reconnects func() uint64, check time
 }
 
 func (s *subscriber) Renewals() int64 { return s.renewals.Load() }
+
+// SetStorageRetry paces rt's handlers while the store is full.
+func SetStorageRetry(rt *Router, first, max time.Duration) {
+	rt.storageRetry = storageRetry{first, max}
+}

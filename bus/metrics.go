@@ -25,6 +25,7 @@ type Metrics struct {
 
 	handled  *prometheus.CounterVec
 	junk     *prometheus.CounterVec
+	full     *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	inflight *prometheus.GaugeVec
 	pending  *prometheus.GaugeVec
@@ -52,6 +53,9 @@ func NewMetrics() *Metrics {
 		junk: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "medgym_messages_junk_total",
 			Help: "Messages no handler could ever use (undecodable, invalid, unknown run or episode, unusable dead letter): acked and dropped, never dead-lettered."},
 			[]string{"handler", "reason"}),
+		full: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "medgym_jetstream_storage_full_total",
+			Help: "Handler attempts refused because JetStream's store is full (insufficient resources, no space left); the handler retries in place with a backoff."},
+			[]string{"handler"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "medgym_handler_duration_seconds",
 			Help:    "Time to handle one message (an LLM step, a sandbox action, a scoring).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2.5, 12)}, []string{"handler"}),
@@ -63,7 +67,7 @@ func NewMetrics() *Metrics {
 			Help: "Messages delivered and not yet acked on a durable consumer."}, []string{"stream", "consumer"}),
 		consumers: map[string]consumerRef{},
 	}
-	r.MustRegister(m.handled, m.junk, m.duration, m.inflight, m.pending, m.ackPend)
+	r.MustRegister(m.handled, m.junk, m.full, m.duration, m.inflight, m.pending, m.ackPend)
 	return m
 }
 
@@ -89,6 +93,26 @@ func (m *Metrics) countJunk(handler, reason string) {
 		return
 	}
 	m.junk.WithLabelValues(handler, reason).Inc()
+}
+
+func (m *Metrics) countStorageFull(handler string) {
+	if m == nil {
+		return
+	}
+	m.full.WithLabelValues(handler).Inc()
+}
+
+// StorageFull counts the attempts of a handler JetStream refused for a full
+// store (medgym_jetstream_storage_full_total{handler}).
+func (m *Metrics) StorageFull(handler string) float64 {
+	if m == nil {
+		return 0
+	}
+	var out dto.Metric
+	if err := m.full.WithLabelValues(handler).Write(&out); err != nil {
+		return 0
+	}
+	return out.GetCounter().GetValue()
 }
 
 // Junk counts the junk a handler dropped for reason (see Junk). It is what

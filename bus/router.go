@@ -34,6 +34,9 @@ type Router struct {
 	log  *slog.Logger
 	junk *junkLog
 	r    *message.Router
+	// storageRetry paces a handler's attempts while JetStream's store is
+	// full (see whileStorageFull).
+	storageRetry storageRetry
 }
 
 // NewRouter returns a Router publishing dead letters through conn.
@@ -46,7 +49,7 @@ func NewRouter(conn *Conn, log *slog.Logger) (*Router, error) {
 		return nil, fmt.Errorf("new router: %w", err)
 	}
 	r.AddMiddleware(middleware.Recoverer)
-	return &Router{conn: conn, log: log, junk: newJunkLog(log, JunkLogInterval), r: r}, nil
+	return &Router{conn: conn, log: log, junk: newJunkLog(log, JunkLogInterval), r: r, storageRetry: defaultStorageRetry}, nil
 }
 
 // HandlerOptions configure one handler.
@@ -89,7 +92,7 @@ func Handle[In schemas.Validator](rt *Router, name string, o HandlerOptions, h f
 			if err != nil {
 				return err
 			}
-			return h(ctx, in)
+			return rt.whileStorageFull(ctx, name, func() error { return h(ctx, in) })
 		})
 		if deadLetters && IsPermanent(err) && !IsJunk(err) {
 			err = Junk(JunkDeadLetter, err) // the dead-letter path never produces dead letters

@@ -112,7 +112,7 @@ func EnsureStreams(ctx context.Context, c *Conn, o StreamOptions) error {
 			continue
 		}
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("ensure stream %s: %w", name, err)
+			return explainStorage(ctx, c, o, fmt.Errorf("ensure stream %s: %w", name, err))
 		}
 	}
 	for _, b := range kvBuckets {
@@ -120,7 +120,7 @@ func EnsureStreams(ctx context.Context, c *Conn, o StreamOptions) error {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: b, Storage: storage, Replicas: replicas, Placement: placement, History: 1,
 		}); err != nil {
-			return fmt.Errorf("ensure key-value bucket %s: %w", b, err)
+			return explainStorage(ctx, c, o, fmt.Errorf("ensure key-value bucket %s: %w", b, err))
 		}
 	}
 	// Offloaded payloads live as long as the messages that name them.
@@ -128,7 +128,7 @@ func EnsureStreams(ctx context.Context, c *Conn, o StreamOptions) error {
 	if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket: schemas.BucketBlobs, Storage: storage, Replicas: replicas, Placement: placement, TTL: o.MaxAge,
 	}); err != nil {
-		return fmt.Errorf("ensure object store %s: %w", schemas.BucketBlobs, err)
+		return explainStorage(ctx, c, o, fmt.Errorf("ensure object store %s: %w", schemas.BucketBlobs, err))
 	}
 	// A claim on a stored episode matters while its result message can
 	// be redelivered: it lives as long as the messages do.

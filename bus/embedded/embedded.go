@@ -28,6 +28,9 @@ type Options struct {
 	// through the server's InProcessConn (bus.WithInProcess). Port is
 	// ignored and ClientURL names no reachable address.
 	InProcess bool
+	// MaxFileStore bounds JetStream's file store in bytes (default: the
+	// server's, 75% of the volume's free space).
+	MaxFileStore int64
 }
 
 // Start starts a server and waits until it accepts connections.
@@ -39,15 +42,16 @@ func Start(o Options) (*server.Server, error) {
 		o.MaxPayload = 8 << 20
 	}
 	ns, err := server.NewServer(&server.Options{
-		ServerName: "medgym-embedded",
-		Host:       "127.0.0.1",
-		Port:       o.Port,
-		JetStream:  true,
-		StoreDir:   o.StoreDir,
-		MaxPayload: o.MaxPayload,
-		DontListen: o.InProcess,
-		NoSigs:     true,
-		NoLog:      true,
+		ServerName:        "medgym-embedded",
+		Host:              "127.0.0.1",
+		Port:              o.Port,
+		JetStream:         true,
+		StoreDir:          o.StoreDir,
+		JetStreamMaxStore: o.MaxFileStore,
+		MaxPayload:        o.MaxPayload,
+		DontListen:        o.InProcess,
+		NoSigs:            true,
+		NoLog:             true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats-server: %w", err)

@@ -37,6 +37,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
 	})
 	fs.IntVar(&c.MaxInFlightTotal, "max-in-flight-total", dispatch.DefaultMaxInFlightTotal,
 		"most episodes in flight across the runs this dispatcher drives, shared fairly among them (each run also keeps to its own max_in_flight); -1: no bound beyond each run's")
+	fs.DurationVar(&c.Reconcile, "reconcile", DefaultReconcile,
+		"how often the dispatcher looks for episodes lost in the pipeline (published, unscored, no message waiting or being handled; two looks in a row) and records them as infra_failure")
 	fs.DurationVar(&c.Tick, "tick", 500*time.Millisecond, "how often a run's admission loop re-counts scores when no score event woke it")
 }
 
@@ -50,6 +52,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxInFlightTotal < -1 {
 		return fmt.Errorf("--max-in-flight-total must be ≥ 1, or -1 for no bound, got %d (0: the default)", c.MaxInFlightTotal)
+	}
+	if c.Reconcile < 0 {
+		return fmt.Errorf("--reconcile %s: must be positive", c.Reconcile)
 	}
 	if c.Tick < 0 {
 		return fmt.Errorf("--tick %s: must be positive", c.Tick)

@@ -32,9 +32,15 @@ type Config struct {
 	// dispatch.DefaultMaxInFlightTotal; -1: no bound beyond each run's
 	// max_in_flight).
 	MaxInFlightTotal int
+	// Reconcile is how often the dispatcher looks for episodes lost in the
+	// pipeline (dispatch.Reconcile; default DefaultReconcile).
+	Reconcile time.Duration
 
 	envErr error // a malformed environment fallback (RegisterFlags)
 }
+
+// DefaultReconcile is Config.Reconcile's default.
+const DefaultReconcile = time.Minute
 
 // Run serves until ctx is done.
 func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) error {
@@ -47,6 +53,9 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if cfg.MaxEpisodes <= 0 {
 		cfg.MaxEpisodes = dispatch.DefaultMaxEpisodes
 	}
+	if cfg.Reconcile == 0 {
+		cfg.Reconcile = DefaultReconcile
+	}
 	runs, err := bus.OpenBucket[schemas.RunStatus](ctx, conn, schemas.BucketRuns)
 	if err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
@@ -57,9 +66,13 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	}
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "medgym_dispatcher_scores_refused_total",
 		Help: "Scores the dispatcher did not count, by reason (unknown run, unplanned episode, duplicate, ...)."}, []string{"reason"})
+	lost := prometheus.NewCounter(prometheus.CounterOpts{Name: "medgym_dispatcher_episodes_lost_total",
+		Help: "Episodes the reconciliation found lost in the pipeline (published, unscored, no message in play) and recorded as infra_failure."})
 	if cfg.Metrics != nil {
-		if err := cfg.Metrics.Registry.Register(refused); err != nil {
-			return fmt.Errorf("dispatcher: metrics: %w", err)
+		for _, c := range []prometheus.Collector{refused, lost} {
+			if err := cfg.Metrics.Registry.Register(c); err != nil {
+				return fmt.Errorf("dispatcher: metrics: %w", err)
+			}
 		}
 	}
 	d := dispatch.New(ctx, dispatch.Deps{
@@ -72,8 +85,10 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 		Load: func(ctx context.Context, spec schemas.RunSpec, ds string) ([]tasks.Task, error) {
 			return tasks.Load(ctx, tasks.Source{Dataset: ds, Split: spec.Split, DataRoot: cfg.DataRoot, TasksDir: spec.TasksDir, LibraryDir: cfg.LibraryDir})
 		},
-		Refused: func(reason string) { refused.WithLabelValues(reason).Inc() },
-		Log:     log,
+		Refused:  func(reason string) { refused.WithLabelValues(reason).Inc() },
+		Pipeline: pipeline{conn},
+		Lost:     lost.Inc,
+		Log:      log,
 	}, dispatch.Config{Tick: cfg.Tick, MaxEpisodes: cfg.MaxEpisodes, MaxInFlightTotal: cfg.MaxInFlightTotal})
 	defer d.Wait()
 
@@ -95,6 +110,12 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	if err := d.Resume(ctx); err != nil {
 		return err
 	}
+	// Lost episodes are found from stored state, at start and then
+	// periodically (see dispatch.Reconcile).
+	rctx, stopReconcile := context.WithCancel(ctx)
+	reconciled := make(chan struct{})
+	go func() { defer close(reconciled); d.ReconcileLoop(rctx, cfg.Reconcile) }()
+	defer func() { stopReconcile(); <-reconciled }()
 	rt, err := bus.NewRouter(conn, log)
 	if err != nil {
 		return err
@@ -157,6 +178,17 @@ func storeErr(err error) error {
 		return fmt.Errorf("%w: %w", dispatch.ErrConflict, err)
 	}
 	return err
+}
+
+// pipeline is dispatch.Pipeline on the streams and their consumers.
+type pipeline struct{ conn *bus.Conn }
+
+func (p pipeline) EpisodesInPlay(ctx context.Context, run string) (map[string]bool, error) {
+	ids, err := p.conn.EpisodesInPlay(ctx, run)
+	if errors.Is(err, bus.ErrInconclusive) {
+		return nil, fmt.Errorf("%w: %w", dispatch.ErrInconclusive, err)
+	}
+	return ids, err
 }
 
 // runStore is dispatch.RunStore on the runs bucket.

@@ -67,7 +67,12 @@ type Deps struct {
 	Load func(ctx context.Context, spec schemas.RunSpec, dataset string) ([]tasks.Task, error)
 	// Refused, when set, counts a score not counted, by reason.
 	Refused func(reason string)
-	Log     *slog.Logger
+	// Pipeline, when set, lets Reconcile find episodes lost in the
+	// pipeline.
+	Pipeline Pipeline
+	// Lost, when set, counts an episode Reconcile recorded as lost.
+	Lost func()
+	Log  *slog.Logger
 }
 
 // Config tunes a Dispatcher.
@@ -104,7 +109,12 @@ type Dispatcher struct {
 	mu     sync.Mutex
 	active map[string]*runState
 	plans  map[string]*Plan // recently used plans, for scores and dead letters
-	wg     sync.WaitGroup
+	// suspects: per run, the episodes the last reconciliation found
+	// unscored with no message in play (see Reconcile).
+	suspects map[string]map[int]bool
+	// recorded: per run, the episodes Reconcile recorded as lost.
+	recorded map[string]map[int]bool
+	wg       sync.WaitGroup
 }
 
 type runState struct {
@@ -130,7 +140,7 @@ func New(ctx context.Context, deps Deps, cfg Config) *Dispatcher {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Dispatcher{deps: deps, cfg: cfg, done: completions{deps.Episodes}, runCtx: ctx,
-		active: map[string]*runState{}, plans: map[string]*Plan{}}
+		active: map[string]*runState{}, plans: map[string]*Plan{}, suspects: map[string]map[int]bool{}, recorded: map[string]map[int]bool{}}
 }
 
 // Wait returns when every admission loop has returned (after the context
@@ -314,6 +324,8 @@ func (d *Dispatcher) startPlan(p *Plan) {
 			d.mu.Lock()
 			delete(d.active, p.Spec.RunID)
 			delete(d.plans, p.Spec.RunID)
+			delete(d.suspects, p.Spec.RunID)
+			delete(d.recorded, p.Spec.RunID)
 			d.mu.Unlock()
 			d.wakeAll() // the others' shares grow
 		}()
