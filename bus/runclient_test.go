@@ -189,3 +189,17 @@ func TestFollowRunEndsDuringOutage(t *testing.T) {
 		t.Fatal("a cancelled follow did not end while NATS was down")
 	}
 }
+
+// TestRequestWithoutDeadline: Request works under a context with no
+// deadline (medgym nats provision runs under a signal context; nats.go's
+// flush refused it with "context requires a deadline").
+func TestRequestWithoutDeadline(t *testing.T) {
+	conn, _ := setup(t)
+	reply, err := conn.Request(context.Background(), "$JS.API.INFO", nil)
+	if err != nil || !strings.Contains(string(reply), "memory") {
+		t.Fatalf("request without a deadline: %v, %s", err, reply)
+	}
+	if err := bus.Provision(context.Background(), conn, bus.StreamOptions{Memory: true}); err != nil {
+		t.Fatalf("provision without a deadline: %v", err)
+	}
+}
