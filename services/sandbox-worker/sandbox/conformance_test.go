@@ -193,6 +193,18 @@ func conformance(t *testing.T, mk constructor) {
 		if res := exec1(t, s, turn(ep, 3, schemas.Action{Name: schemas.ActionValidateCode, Params: look})); strings.TrimSpace(res.Stdout) != want {
 			t.Fatalf("turn 3 after the redelivery: %+v", res)
 		}
+		// An old action replayed into the live episode (a redelivery from
+		// long ago, or a copy someone allowed to request actions sent again)
+		// runs on the workspace as it was before that turn, and the next
+		// turn still sees every action of the episode exactly once.
+		if res := exec1(t, s, turn(ep, 0, acts[0])); res.Status != schemas.StatusOK {
+			t.Fatalf("old turn 0 again: %+v", res)
+		}
+		r4 := req(ep, schemas.Action{Name: schemas.ActionValidateCode, Params: look}, 20)
+		r4.Ref.Turn, r4.Replay = 4, append(slices.Clone(acts), schemas.Action{Name: schemas.ActionValidateCode, Params: look})
+		if res := exec1(t, s, r4); strings.TrimSpace(res.Stdout) != want {
+			t.Fatalf("turn 4 after an old turn 0 was replayed: %+v", res)
+		}
 		// A worker that never had the episode replays it from the start.
 		if res := exec1(t, s, turn(newEpisode(), 2, acts[2])); strings.TrimSpace(res.Stdout) != want {
 			t.Fatalf("replay from the start: %+v", res)
