@@ -1,6 +1,7 @@
 package parquet
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
@@ -14,7 +15,8 @@ const (
 	// accuracy, 0 or minus a wrong-answer penalty, plus a format reward.
 	MaxAbsReward = 100
 	// MaxTextBytes bounds one text cell: a message, or one field of a turn
-	// (raw text, reasoning, parameters, observation, stdout, stderr, files).
+	// (raw text, reasoning, parameters, observation, stdout, stderr, or
+	// one output file of files_json).
 	// Stored outputs are capped at schemas.MaxStoredOutputBytes; a model
 	// reply is a few thousand tokens.
 	MaxTextBytes = 8 << 20
@@ -112,9 +114,23 @@ func (r *Row) validateTurn(i int, bad func(col, format string, a ...any) error, 
 	t := &r.Turns[i]
 	col := func(name string) string { return fmt.Sprintf("turns[%d].%s", i, name) }
 	for name, s := range map[string]string{"raw_text": t.RawText, "reasoning": t.Reasoning, "params_json": t.ParamsJSON,
-		"observation": t.Observation, "stdout": t.Stdout, "stderr": t.Stderr, "files_json": t.FilesJSON} {
+		"observation": t.Observation, "stdout": t.Stdout, "stderr": t.Stderr} {
 		if err := text(col(name), s); err != nil {
 			return err
+		}
+	}
+	if len(t.FilesJSON) > MaxTextBytes {
+		// The bound is on each file: their JSON object escapes what the
+		// agent's code wrote (a '<' takes 6 bytes), so a file within
+		// schemas.MaxOutputFileBytes may encode to more than the bound.
+		var files map[string]string
+		if err := json.Unmarshal([]byte(t.FilesJSON), &files); err != nil {
+			return bad(col("files_json"), "%d bytes that are not a JSON object of files: %v", len(t.FilesJSON), err)
+		}
+		for name, data := range files {
+			if err := text(fmt.Sprintf("%s[%q]", col("files_json"), name), data); err != nil {
+				return err
+			}
 		}
 	}
 	for name, n := range map[string]int64{"prompt_tokens": int64(t.PromptTokens), "completion_tokens": int64(t.CompletionTokens),

@@ -112,6 +112,15 @@ func TestQueryLimits(t *testing.T) {
 		if err := query.Stream(ctx, dir, "DESCRIBE trajectories", lim, &w); err != nil || len(w.rows) < 10 {
 			t.Fatalf("describe under the bound: %v, %d rows", err, len(w.rows))
 		}
+		// A statement ended by a semicolon and a comment (as a file of SQL
+		// often is) runs under the bound as it does without it; a quote in
+		// it stays the query's.
+		for _, q := range []string{"SELECT 'a'')' AS x; -- the last line", "SELECT 'a'')' AS x;\n/* done */", "SELECT 'a'')' AS x -- ) LIMIT 0"} {
+			w = rowsOf{}
+			if err := query.Stream(ctx, dir, q, lim, &w); err != nil || len(w.rows) != 1 || w.rows[0][0] != "a')" {
+				t.Errorf("%q under the bound: %v, rows %v", q, err, w.rows)
+			}
+		}
 	})
 
 	t.Run("cancelled", func(t *testing.T) {

@@ -138,10 +138,11 @@ func Stream(ctx context.Context, dir string, query string, lim Limits, w RowWrit
 	if lim.MaxRows > 0 {
 		// The statement is one SELECT (readOnly): as a subquery its order is
 		// kept, and the LIMIT stops DuckDB producing rows past the bound.
-		// The newlines end a trailing line comment.
-		run = "SELECT * FROM (\n" + strings.TrimRight(strings.TrimSpace(query), ";") + "\n) LIMIT " + strconv.Itoa(lim.MaxRows+1)
-		// What the wrapper made is checked again: no text of the query's
-		// (an open comment or string) may turn it into something else.
+		// DuckDB's query() parses the text as a whole statement (a
+		// semicolon and comments after it included, which pasted into
+		// parentheses were a syntax error), quoted as one string literal.
+		run = "SELECT * FROM query(" + quote(query) + ") LIMIT " + strconv.Itoa(lim.MaxRows+1)
+		// What the wrapper made is checked again.
 		if err := readOnly(ctx, conn, run); err != nil {
 			return err
 		}
