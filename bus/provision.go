@@ -204,8 +204,15 @@ func VerifyStreams(ctx context.Context, c *Conn, o StreamOptions) error {
 		}
 	}
 	for _, b := range kvBuckets {
-		if err := verifyStream(ctx, c.js, "key-value bucket", "KV_"+b, func(have jetstream.StreamConfig) string {
-			if !slices.Equal(have.Subjects, []string{"$KV." + b + ".>"}) || have.MaxAge != 0 || have.MaxMsgsPerSubject != 1 ||
+		if err := verifyStream(ctx, c.js, "key-value bucket", "KV_"+b.name, func(have jetstream.StreamConfig) string {
+			// An expiring bucket's entries must outlive the messages: a
+			// shorter max age lets a second verifier store a claimed
+			// episode again (ADR 27).
+			shortLived := have.MaxAge != 0
+			if b.expires {
+				shortLived = have.MaxAge != 0 && have.MaxAge < o.MaxAge
+			}
+			if !slices.Equal(have.Subjects, []string{"$KV." + b.name + ".>"}) || shortLived || have.MaxMsgsPerSubject != 1 ||
 				unlimited(have.MaxMsgs) != -1 || unlimited(have.MaxBytes) != -1 {
 				return fmt.Sprintf("subjects %v, max age %s, history %d, limits %d msgs/%d bytes", have.Subjects, have.MaxAge,
 					have.MaxMsgsPerSubject, have.MaxMsgs, have.MaxBytes)
@@ -214,19 +221,6 @@ func VerifyStreams(ctx context.Context, c *Conn, o StreamOptions) error {
 		}); err != nil {
 			return err
 		}
-	}
-	// A claim on a stored episode must outlive the messages that can
-	// redeliver its result (ADR 27): a shorter max age lets a second
-	// verifier store the episode again.
-	if err := verifyStream(ctx, c.js, "key-value bucket", "KV_"+schemas.BucketStored, func(have jetstream.StreamConfig) string {
-		if !slices.Equal(have.Subjects, []string{"$KV." + schemas.BucketStored + ".>"}) || have.MaxMsgsPerSubject != 1 ||
-			unlimited(have.MaxMsgs) != -1 || unlimited(have.MaxBytes) != -1 || (have.MaxAge != 0 && have.MaxAge < o.MaxAge) {
-			return fmt.Sprintf("subjects %v, max age %s, history %d, limits %d msgs/%d bytes", have.Subjects, have.MaxAge,
-				have.MaxMsgsPerSubject, have.MaxMsgs, have.MaxBytes)
-		}
-		return ""
-	}); err != nil {
-		return err
 	}
 	return verifyStream(ctx, c.js, "object store", "OBJ_"+schemas.BucketBlobs, func(have jetstream.StreamConfig) string {
 		if !slices.Equal(have.Subjects, []string{"$O." + schemas.BucketBlobs + ".C.>", "$O." + schemas.BucketBlobs + ".M.>"}) ||

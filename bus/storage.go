@@ -110,6 +110,13 @@ func reservable(ctx context.Context, c *Conn, limit int64) (int64, bool) {
 	if info, err := c.js.AccountInfo(ctx); err == nil && info.Limits.MaxStore > 0 {
 		return info.Limits.MaxStore - int64(info.Store), true
 	}
+	// A probe left by a process stopped mid-search keeps its reservation
+	// and refuses a probe of another size: remove it first. A user that
+	// may create streams but not delete them (the deploy permissions)
+	// stops here.
+	if !dropProbe(ctx, c) {
+		return 0, false
+	}
 	deleted := true
 	fits := func(n int64) bool {
 		_, err := c.js.CreateStream(ctx, jetstream.StreamConfig{Name: probeStream, Subjects: []string{"_medgym.storage.probe"},
@@ -117,16 +124,14 @@ func reservable(ctx context.Context, c *Conn, limit int64) (int64, bool) {
 		if err != nil {
 			return false
 		}
-		deleted = c.js.DeleteStream(ctx, probeStream) == nil
+		deleted = dropProbe(ctx, c)
 		return true
 	}
-	// A user that may create streams but not delete them (the deploy
-	// permissions) stops at the first probe, which reserves 1 byte.
 	if !fits(1) || !deleted {
 		return 0, false
 	}
 	lo, hi := int64(1), limit // fits(lo), !fits(hi)
-	for hi-lo > 1 && ctx.Err() == nil {
+	for hi-lo > 1 && ctx.Err() == nil && deleted {
 		mid := lo + (hi-lo)/2
 		if fits(mid) {
 			lo = mid
@@ -134,5 +139,18 @@ func reservable(ctx context.Context, c *Conn, limit int64) (int64, bool) {
 			hi = mid
 		}
 	}
-	return lo, ctx.Err() == nil
+	return lo, ctx.Err() == nil && deleted
 }
+
+// dropProbe deletes the probe stream if there is one, even once ctx is
+// done (a probe left behind would keep its reservation), and says whether
+// none is left.
+func dropProbe(ctx context.Context, c *Conn) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeDeleteTimeout)
+	defer cancel()
+	err := c.js.DeleteStream(ctx, probeStream)
+	return err == nil || errors.Is(err, jetstream.ErrStreamNotFound)
+}
+
+// probeDeleteTimeout bounds the deletion of the probe stream.
+const probeDeleteTimeout = 5 * time.Second

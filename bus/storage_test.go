@@ -233,6 +233,28 @@ func TestEnsureStreamsExplainsSmallStore(t *testing.T) {
 	}
 }
 
+// TestEnsureStreamsRemovesLeftoverProbe: a storage probe stream left by a
+// process stopped in the middle of its search (it reserves what it
+// probed) is removed by the next explanation, which then tells what the
+// store offers without it.
+func TestEnsureStreamsRemovesLeftoverProbe(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, _ := smallStore(t, ctx, 256<<20)
+	js := bus.JetStream(conn)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "MEDGYM_STORAGE_PROBE", Subjects: []string{"_medgym.storage.probe"},
+		Storage: jetstream.FileStorage, MaxBytes: 64 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{})
+	if want := "JetStream offers 268435456 bytes of file storage"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v does not say %q", err, want)
+	}
+	if _, err := js.Stream(ctx, "MEDGYM_STORAGE_PROBE"); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Errorf("the probe stream is left: %v", err)
+	}
+}
+
 // TestIsStorageFull: only JetStream's answers count, wrapped or not.
 func TestIsStorageFull(t *testing.T) {
 	for _, tc := range []struct {

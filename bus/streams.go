@@ -65,8 +65,21 @@ func (o StreamOptions) withDefaults() StreamOptions {
 	return o
 }
 
-// kvBuckets are the key-value buckets EnsureStreams creates.
-var kvBuckets = []string{schemas.BucketRuns, schemas.BucketEpisodes, schemas.BucketCompletions, schemas.BucketEnvSessions}
+// kvBuckets are the key-value buckets EnsureStreams creates, each keeping
+// one value per key; expires: its entries live as long as the messages
+// (StreamOptions.MaxAge), else until deleted.
+var kvBuckets = []struct {
+	name    string
+	expires bool
+}{
+	{name: schemas.BucketRuns},
+	{name: schemas.BucketEpisodes},
+	{name: schemas.BucketCompletions},
+	{name: schemas.BucketEnvSessions},
+	// A claim on a stored episode matters while its result message can
+	// be redelivered (ADR 27): it lives as long as the messages do.
+	{name: schemas.BucketStored, expires: true},
+}
 
 func (o StreamOptions) storage() jetstream.StorageType {
 	if o.Memory {
@@ -116,11 +129,15 @@ func EnsureStreams(ctx context.Context, c *Conn, o StreamOptions) error {
 		}
 	}
 	for _, b := range kvBuckets {
-		replicas, placement, _ := o.placed(ctx, js, "KV_"+b)
+		replicas, placement, _ := o.placed(ctx, js, "KV_"+b.name)
+		var ttl time.Duration
+		if b.expires {
+			ttl = o.MaxAge
+		}
 		if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: b, Storage: storage, Replicas: replicas, Placement: placement, History: 1,
+			Bucket: b.name, Storage: storage, Replicas: replicas, Placement: placement, History: 1, TTL: ttl,
 		}); err != nil {
-			return explainStorage(ctx, c, o, fmt.Errorf("ensure key-value bucket %s: %w", b, err))
+			return explainStorage(ctx, c, o, fmt.Errorf("ensure key-value bucket %s: %w", b.name, err))
 		}
 	}
 	// Offloaded payloads live as long as the messages that name them.
@@ -129,14 +146,6 @@ func EnsureStreams(ctx context.Context, c *Conn, o StreamOptions) error {
 		Bucket: schemas.BucketBlobs, Storage: storage, Replicas: replicas, Placement: placement, TTL: o.MaxAge,
 	}); err != nil {
 		return explainStorage(ctx, c, o, fmt.Errorf("ensure object store %s: %w", schemas.BucketBlobs, err))
-	}
-	// A claim on a stored episode matters while its result message can
-	// be redelivered: it lives as long as the messages do.
-	replicas, placement, _ = o.placed(ctx, js, "KV_"+schemas.BucketStored)
-	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: schemas.BucketStored, Storage: storage, Replicas: replicas, Placement: placement, History: 1, TTL: o.MaxAge,
-	}); err != nil {
-		return fmt.Errorf("ensure key-value bucket %s: %w", schemas.BucketStored, err)
 	}
 	return nil
 }
