@@ -282,6 +282,12 @@ func verifyConsumer(ctx context.Context, c *Conn, o ConsumerOptions) (jetstream.
 		return nil, fmt.Errorf("durable consumer %s on %s is not as provisioned (filter %v, ack %s, deliver %s, paused until %v): %w",
 			o.Durable, o.Stream, filters, have.AckPolicy, have.DeliverPolicy, have.PauseUntil, ErrNotProvisioned)
 	}
+	// A durable whose every message must be handled (scores, results) with
+	// bounded deliveries would drop what runs out of them.
+	if o.MaxDeliver < 0 && have.MaxDeliver >= 0 {
+		return nil, fmt.Errorf("durable consumer %s on %s is not as provisioned (at most %d deliveries; want unbounded): %w",
+			o.Durable, o.Stream, have.MaxDeliver, ErrNotProvisioned)
+	}
 	return cons, nil
 }
 

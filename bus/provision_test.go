@@ -146,6 +146,16 @@ func TestVerifyFindsWhatProvisionDidNot(t *testing.T) {
 			_, err := js.ResumeConsumer(ctx, schemas.StreamScores, schemas.DurableDispatcherScores)
 			return err
 		}},
+		{"bounded deliveries of the dispatcher's scores", "deliveries", func() error {
+			cons, err := js.Consumer(ctx, schemas.StreamScores, schemas.DurableDispatcherScores)
+			if err != nil {
+				return err
+			}
+			cfg := cons.CachedInfo().Config
+			cfg.MaxDeliver = 5
+			_, err = js.UpdateConsumer(ctx, schemas.StreamScores, cfg)
+			return err
+		}, func() error { return bus.Provision(ctx, conn, bus.StreamOptions{}) }},
 		{"sealed", "sealed", func() error {
 			cfg := good
 			cfg.Sealed = true
