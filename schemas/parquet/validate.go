@@ -12,8 +12,11 @@ import (
 // Bounds of a valid row (Row.Validate).
 const (
 	// MaxAbsReward bounds |reward|: the verifier's rewards are 1, a graded
-	// accuracy, 0 or minus a wrong-answer penalty, plus a format reward.
-	MaxAbsReward = 100
+	// accuracy, 0 or minus a wrong-answer penalty, plus a format reward
+	// (either may be large: RS(N) penalises a wrong answer by N, the size
+	// of the test set; a format reward may be negative, so a correct
+	// episode's reward may be 0 or below).
+	MaxAbsReward = 1_000_000
 	// MaxTextBytes bounds one text cell: a message, or one field of a turn
 	// (raw text, reasoning, parameters, observation, stdout, stderr, or
 	// one output file of files_json).
@@ -51,8 +54,7 @@ func (e *FieldError) Error() string {
 }
 
 // Validate checks the values a trainer relies on: identity, a schema
-// version this reader knows, a finite reward within ±MaxAbsReward that is
-// positive for a correct outcome, token counts and durations that are not
+// version this reader knows, a finite reward within ±MaxAbsReward, token counts and durations that are not
 // negative, finite log-probabilities, and text cells of at most
 // MaxTextBytes. It returns a *FieldError.
 func (r *Row) Validate() error {
@@ -74,8 +76,6 @@ func (r *Row) Validate() error {
 		return bad("reward", "%v is not a finite number", r.Reward)
 	case math.Abs(r.Reward) > MaxAbsReward:
 		return bad("reward", "%g is outside ±%d", r.Reward, MaxAbsReward)
-	case r.Outcome == "correct" && r.Reward <= 0:
-		return bad("reward", "%g for outcome correct (a correct episode's reward is positive)", r.Reward)
 	}
 	if t := r.Temperature; t != nil && (math.IsNaN(*t) || math.IsInf(*t, 0) || *t < 0) {
 		return bad("temperature", "%v is not a finite number ≥ 0", *t)

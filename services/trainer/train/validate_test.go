@@ -61,7 +61,7 @@ func TestLoadRefusesInvalidRows(t *testing.T) {
 		{"NaN reward", "reward", "not a finite number", func(r *parquet.Row) { r.Reward = math.NaN() }},
 		{"infinite reward", "reward", "not a finite number", func(r *parquet.Row) { r.Reward = math.Inf(1) }},
 		{"correct with a huge negative reward", "reward", "outside", func(r *parquet.Row) { r.Reward = -1e9 }},
-		{"correct with reward 0", "reward", "for outcome correct", func(r *parquet.Row) { r.Reward = 0 }},
+		{"correct with a huge positive reward", "reward", "outside", func(r *parquet.Row) { r.Reward = 2e6 }},
 		{"negative prompt tokens", "prompt_tokens", "negative", func(r *parquet.Row) { r.PromptTokens = -5 }},
 		{"negative turn tokens", "turns[0].completion_tokens", "negative", func(r *parquet.Row) { r.Turns[0].CompletionTokens = -1 }},
 		{"schema version 99", "schema_version", `"99"`, func(r *parquet.Row) { r.SchemaVersion = "99" }},
@@ -92,11 +92,14 @@ func TestLoadRefusesInvalidRows(t *testing.T) {
 		})
 	}
 	t.Run("control", func(t *testing.T) {
-		rows := []parquet.Row{storable("rv", "t1", 0, "correct", "a", "b"), storable("rv", "t2", 1, "incorrect", "a")}
-		rows[1].Reward = -0.5 // a wrong-answer penalty
+		rows := []parquet.Row{storable("rv", "t1", 0, "correct", "a", "b"), storable("rv", "t2", 1, "incorrect", "a"),
+			storable("rv", "t3", 0, "incorrect", "a"), storable("rv", "t4", 0, "correct", "a")}
+		rows[1].Reward = -0.5  // a wrong-answer penalty
+		rows[2].Reward = -1157 // RS(N): the penalty is the test set's size
+		rows[3].Reward = 0     // a graded prediction task at accuracy 0 (--graded-ml)
 		st, _ := storeWith(t, "rv", rows)
 		got, _, _, err := train.Load(context.Background(), st, train.Filter{Runs: []string{"rv"}})
-		if err != nil || len(got) != 2 {
+		if err != nil || len(got) != 4 {
 			t.Fatalf("valid rows: %d, %v", len(got), err)
 		}
 	})
