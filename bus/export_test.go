@@ -45,3 +45,10 @@ func (s *subscriber) Renewals() int64 { return s.renewals.Load() }
 func SetStorageRetry(rt *Router, first, max time.Duration) {
 	rt.storageRetry = storageRetry{first, max}
 }
+
+// SetMaxInPlayScan bounds EpisodesInPlay's reads per scan until the test ends.
+func SetMaxInPlayScan(t interface{ Cleanup(func()) }, n int) {
+	old := maxInPlayScan
+	maxInPlayScan = n
+	t.Cleanup(func() { maxInPlayScan = old })
+}

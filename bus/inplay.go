@@ -11,9 +11,10 @@ import (
 	"github.com/medgym/medgym/schemas"
 )
 
-// ErrInconclusive is returned by EpisodesInPlay when it cannot tell: dead
-// letters wait for the dispatcher, which will account for their episodes.
-var ErrInconclusive = errors.New("episodes in play: dead letters pending")
+// ErrInconclusive is returned by EpisodesInPlay when it cannot tell now:
+// dead letters wait for the dispatcher, which will account for their
+// episodes, or a look would read more than maxInPlayScan messages.
+var ErrInconclusive = errors.New("episodes in play: inconclusive")
 
 // pipelineStages are the streams an episode's messages pass through and
 // the durable consumer that takes each off, in the pipeline's order.
@@ -45,7 +46,8 @@ var pipelineStages = []struct{ stream, durable string }{
 // before looking and every message published since after, so an episode
 // moving between streams while it looks is still found. The caller reads
 // the scores after it returns (a score is counted before it is acked).
-// While dead letters wait to be handled it returns ErrInconclusive.
+// While dead letters wait to be handled, or when a stage would take more
+// than maxInPlayScan reads, it returns ErrInconclusive.
 func (c *Conn) EpisodesInPlay(ctx context.Context, run string) (map[string]bool, error) {
 	if err := c.deadLettersPending(ctx); err != nil {
 		return nil, err
@@ -121,10 +123,14 @@ func (c *Conn) deadLettersPending(ctx context.Context) error {
 		return fmt.Errorf("episodes in play: dead letters: %w", err)
 	}
 	if info.NumPending > 0 || info.NumAckPending > 0 {
-		return fmt.Errorf("%w (%d waiting, %d being handled)", ErrInconclusive, info.NumPending, info.NumAckPending)
+		return fmt.Errorf("%w: dead letters pending (%d waiting, %d being handled)", ErrInconclusive, info.NumPending, info.NumAckPending)
 	}
 	return nil
 }
+
+// maxInPlayScan bounds the messages one scan reads: each is a round trip
+// that returns the whole message.
+var maxInPlayScan = 10_000
 
 // scanEpisodes adds the episodes of run's messages in s from sequence
 // from on to found. It reads them one by one with the stream's message
@@ -133,7 +139,12 @@ func (c *Conn) deadLettersPending(ctx context.Context) error {
 // above the floors are those in flight, a bounded number.
 func (c *Conn) scanEpisodes(ctx context.Context, s jetstream.Stream, stream, run string, from uint64, found map[string]bool) error {
 	subject := schemas.StreamSubjects[stream].For(run)
-	for seq := max(from, 1); ; {
+	for seq, n := max(from, 1), 0; ; n++ {
+		if n == maxInPlayScan {
+			// A floor left far behind (or a stage that never ran): the
+			// look would cost more than it tells; a later pass decides.
+			return fmt.Errorf("%w: more than %d messages of run %s in %s to read", ErrInconclusive, maxInPlayScan, run, stream)
+		}
 		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil

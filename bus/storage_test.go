@@ -273,3 +273,29 @@ func TestIsStorageFull(t *testing.T) {
 		}
 	}
 }
+
+// TestEpisodesInPlayBounded: a look that would read more than its bound
+// of messages (a floor left far behind, a stage that never ran) is
+// inconclusive, so a reconciliation pass costs at most that many reads a
+// stage instead of every message of the run since the floor.
+func TestEpisodesInPlayBounded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, _ := smallStore(t, ctx, 0)
+	if err := bus.EnsureStreams(ctx, conn, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ep := range []string{"r--a-k0", "r--b-k0", "r--c-k0", "r--d-k0"} {
+		if err := conn.Publish(ctx, schemas.EpisodeRequested.For("r"), schemas.MsgID("r", ep, 0), ping{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// No llm-worker consumer: the whole stream waits for one.
+	if got, err := conn.EpisodesInPlay(ctx, "r"); err != nil || len(got) != 4 {
+		t.Fatalf("within the bound: %v, %v", got, err)
+	}
+	bus.SetMaxInPlayScan(t, 3)
+	if got, err := conn.EpisodesInPlay(ctx, "r"); !errors.Is(err, bus.ErrInconclusive) {
+		t.Fatalf("past the bound: %v, %v; want ErrInconclusive", got, err)
+	}
+}
