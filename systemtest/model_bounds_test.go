@@ -90,7 +90,9 @@ func (m *flakyModel) refuse() {
 // comes back. The episodes in flight wait for it (the dispatcher admits no
 // more than its in-flight bound meanwhile), `medgym run`'s progress line
 // says the endpoint is down, and every episode ends with the agent's
-// outcome: none is an infrastructure failure.
+// outcome: none is an infrastructure failure, also not from the
+// reconciliation, which looks every second while the workers hold the
+// waiting episodes' messages.
 func TestModelOutageMidRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("keeps the model endpoint down for 24 s")
@@ -107,6 +109,9 @@ func TestModelOutageMidRun(t *testing.T) {
 	f := baseFlags(t)
 	f.Policy, f.LLMURL, f.Model = "openai", "http://"+model.addr+"/v1", "fake"
 	f.Limit, f.RunID, f.MaxInFlight, f.LogLevel, f.Quiet = episodes, "modelout", 4, "warn", false
+	// The reconciliation looks every second: an episode whose message a
+	// worker holds while it waits out the outage is in play, never lost.
+	f.Dispatcher.Reconcile = time.Second
 	logs := &syncBuffer{}
 	spec, err := f.Spec()
 	if err != nil {

@@ -3,14 +3,12 @@ package systemtest
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/medgym/medgym/cmd/medgym/cli"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/services/env/apitest"
 	"github.com/medgym/medgym/services/llm-worker/fakellm"
@@ -107,14 +105,7 @@ func TestDefaultRuleGuessingScoresZeroRun(t *testing.T) {
 	f.Library = canaryLibrary(t, canary)
 	f.Policy, f.LLMURL, f.Model, f.RunID = "openai", srv.URL+"/v1", "guesser", "guess-run"
 	f.Datasets, f.Split, f.TaskIDs, f.MaxTurns = "eicu", "test", "eicu-canary-0", 4
-	spec, err := f.Spec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cli.RunSpec(ctx, spec, f, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	rows := readRun(t, ctx, f.Store, "guess-run")
+	_, rows := runToEnd(t, ctx, f)
 	if len(rows) != 1 || rows[0].Reward != 0 || rows[0].Outcome != string(schemas.OutcomeTurnLimit) || len(rows[0].Turns) != 4 {
 		t.Fatalf("guessing run: %+v", rows)
 	}
@@ -123,7 +114,7 @@ func TestDefaultRuleGuessingScoresZeroRun(t *testing.T) {
 			t.Fatalf("turn %d was checked or shown a verdict: %+v", tr.Index, tr)
 		}
 	}
-	if spec.Options.EndOn != schemas.EndOnAnswer || spec.Options.ShowVerdict {
-		t.Fatalf("medgym run's default options %+v", spec.Options)
+	if spec, err := f.Spec(); err != nil || spec.Options.EndOn != schemas.EndOnAnswer || spec.Options.ShowVerdict {
+		t.Fatalf("medgym run's default options %+v (%v)", spec.Options, err)
 	}
 }

@@ -205,16 +205,22 @@ func ChunkLen(n, c int) int { return min(ChunkBits, n-c*ChunkBits) }
 // Mark sets the bit of episode i (of chunk i/ChunkBits) in chunk, growing
 // it as needed, and reports whether the bit was clear.
 func Mark(chunk []byte, i int) ([]byte, bool) {
+	if Marked(chunk, i) {
+		return chunk, false
+	}
 	bit := i % ChunkBits
 	if need := bit/8 + 1; len(chunk) < need {
 		chunk = append(chunk, make([]byte, need-len(chunk))...)
 	}
-	mask := byte(1) << (bit % 8)
-	if chunk[bit/8]&mask != 0 {
-		return chunk, false
-	}
-	chunk[bit/8] |= mask
+	chunk[bit/8] |= byte(1) << (bit % 8)
 	return chunk, true
+}
+
+// Marked reports whether the bit of episode i (of chunk i/ChunkBits) is
+// set in chunk.
+func Marked(chunk []byte, i int) bool {
+	bit := i % ChunkBits
+	return bit/8 < len(chunk) && chunk[bit/8]&(byte(1)<<(bit%8)) != 0
 }
 
 // Count returns the set bits among the first nbits bits of chunk.

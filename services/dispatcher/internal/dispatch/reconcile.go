@@ -94,9 +94,8 @@ func (d *Dispatcher) reconcileRun(ctx context.Context, rs *runState) error {
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return fmt.Errorf("reconcile run %s: read completions: %w", run, err)
 		}
-		lo := c * ChunkBits
-		for i := lo; i < min(st.Published, lo+ChunkBits); i++ {
-			if b := (i - lo) / 8; b < len(chunk) && chunk[b]&(1<<((i-lo)%8)) != 0 {
+		for i := c * ChunkBits; i < min(st.Published, (c+1)*ChunkBits); i++ {
+			if Marked(chunk, i) {
 				continue
 			}
 			ti, k := p.Episode(i)

@@ -254,8 +254,12 @@ func (c *Client) Complete(ctx context.Context, req Request) (Completion, error) 
 			// endpoint is down, not this request's problem. Wait it out;
 			// the retry budget's time starts again (the retries charged so
 			// far stay charged: a request that fails while others get
-			// answers still gives up after MaxRetries).
+			// answers still gives up after MaxRetries). No retry bound
+			// holds now, so the server's ask never makes the wait shorter
+			// than the backoff: an endpoint that answers 429 with
+			// retry-after-ms 1 for an hour is not asked 1000 times a second.
 			budgetStart = time.Now()
+			wait = max(wait, c.backoff(attempt, 0))
 		} else {
 			charged++
 			if charged > c.cfg.MaxRetries || time.Since(budgetStart)+wait > c.cfg.RetryBudget {

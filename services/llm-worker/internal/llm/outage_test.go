@@ -96,7 +96,8 @@ func TestWaitOutageDeadline(t *testing.T) {
 			srv, _ := sequence(t, tc.h...)
 			c, _ := newTestClient(t, srv, Config{MaxRetries: 1, WaitOutage: true})
 			c.sleep = sleepCtx
-			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+			// Past the first backoff (500 ms): "503 then hang" retries.
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 			defer cancel()
 			_, err := c.Complete(ctx, Request{Messages: userMsg("hi")})
 			if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable) != tc.unavailable {
@@ -179,4 +180,32 @@ func TestRecoveryWakesWaiters(t *testing.T) {
 func readBody(r *http.Request) string {
 	b, _ := io.ReadAll(r.Body)
 	return string(b)
+}
+
+// TestWaitOutageKeepsBackoff: while a call waits out an outage (no retry
+// bound holds), a server asking for 1 ms between retries gets the
+// client's backoff instead, growing as usual; a charged retry keeps the
+// server's ask.
+func TestWaitOutageKeepsBackoff(t *testing.T) {
+	t.Parallel()
+	limited := respond(429, `{"error":{"message":"rate limited"}}`, "retry-after-ms", "1")
+	srv, _ := sequence(t, limited, limited, limited, limited, limited, respond(200, okBody))
+	c, waits := newTestClient(t, srv, Config{MaxRetries: 2, WaitOutage: true})
+	if _, err := c.Complete(t.Context(), Request{Messages: userMsg("hi")}); err != nil {
+		t.Fatal(err)
+	}
+	if len(*waits) != 5 {
+		t.Fatalf("%d waits, want 5", len(*waits))
+	}
+	for i, w := range *waits {
+		if want := c.backoff(i+1, 0); w < want {
+			t.Errorf("wait %d: %s, want at least the backoff %s", i+1, w, want)
+		}
+	}
+
+	srv2, _ := sequence(t, limited, respond(200, okBody))
+	c2, waits2 := newTestClient(t, srv2, Config{MaxRetries: 2})
+	if _, err := c2.Complete(t.Context(), Request{Messages: userMsg("hi")}); err != nil || len(*waits2) != 1 || (*waits2)[0] != time.Millisecond {
+		t.Fatalf("without WaitOutage: %v, waits %v; want one wait of the server's 1 ms", err, *waits2)
+	}
 }
