@@ -54,7 +54,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--max-in-flight-total must be ≥ 1, or -1 for no bound, got %d (0: the default)", c.MaxInFlightTotal)
 	}
 	if c.Reconcile < 0 {
-		return fmt.Errorf("--reconcile %s: must be positive", c.Reconcile)
+		return fmt.Errorf("--reconcile %s: must be positive (0: the default)", c.Reconcile)
 	}
 	if c.Tick < 0 {
 		return fmt.Errorf("--tick %s: must be positive", c.Tick)

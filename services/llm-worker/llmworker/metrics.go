@@ -19,7 +19,7 @@ func newEndpointCollector(pool *policy.OpenAIPool) *endpointCollector {
 		down: prometheus.NewDesc("medgym_llm_endpoint_down",
 			"1 while the model endpoint is down (three or more failed answers in a row: refused, 429, 5xx; none succeeding); episodes wait for it instead of failing.", labels, nil),
 		waiting: prometheus.NewDesc("medgym_llm_calls_waiting",
-			"Model calls waiting for a down endpoint to answer again (each holds an episode step; the dispatcher admits no more episodes than its in-flight bound).", labels, nil),
+			"Model calls waiting, after a failure no answer has followed, for the endpoint to answer again (each holds an episode step; the dispatcher admits no more episodes than its in-flight bound).", labels, nil),
 	}
 }
 
