@@ -3,7 +3,7 @@
 # The tests start their own servers (bin/medgym, on free loopback ports, with their own state and store; see
 # clients/python/tests/conftest.py), so this script only makes the venv and runs pytest: .venv-env is
 # requirements/env-base.txt over .venv (scripts/venv.sh, VENV_BASE), the medgym package is installed into it from
-# clients/python as a user would, then pytest clients/python/tests (the client, Gymnasium, TRL, schemathesis; the
+# clients/python as a user would, then ruff and mypy over it and pytest clients/python/tests (the client, Gymnasium, TRL, schemathesis; the
 # other frameworks' adapter tests skip here: scripts/test-adapters.sh runs them in their own venvs).
 # Needs bin/medgym (make build) and build/library (make library). PYTEST_ARGS adds pytest arguments, shell-quoted
 # (PYTEST_ARGS='-k "gym or limits"').
@@ -19,6 +19,10 @@ VENV=$root/.venv-env VENV_BASE=$root/.venv VENV_LAYERS=requirements/env-base.txt
 # As a user installs it (pip builds it in an isolated environment: setuptools from PyPI); --force-reinstall: this
 # checkout's sources.
 .venv-env/bin/pip install --quiet --no-deps --force-reinstall ./clients/python
+
+# Lint (ruff's default rules) and types (mypy) of the client package, as in any Python project's CI.
+.venv-env/bin/ruff check clients/python
+.venv-env/bin/mypy --config-file clients/python/pyproject.toml clients/python/medgym
 
 eval "extra=(${PYTEST_ARGS:-})"
 start=$(date +%s) rc=0

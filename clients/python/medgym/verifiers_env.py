@@ -59,9 +59,10 @@ class MedGymEnv(vf.MultiTurnEnv):
         # One limit for both: medgym's max_turns (else verifiers' max_turns, else 15). verifiers stops a rollout once
         # its trajectory holds max_turns replies, before env_response sees the last one, so its limit is one more:
         # the last reply still runs on the server, whose turn limit ends (and grades) the episode.
-        turns = self.medgym_options.get("max_turns") or (kwargs.get("max_turns") if (kwargs.get("max_turns") or 0) > 0 else 15)
-        self.medgym_options["max_turns"] = int(turns)
-        kwargs["max_turns"] = int(turns) + 1
+        theirs = int(kwargs.get("max_turns") or 0)
+        turns = int(self.medgym_options.get("max_turns") or (theirs if theirs > 0 else 15))
+        self.medgym_options["max_turns"] = turns
+        kwargs["max_turns"] = turns + 1
         kwargs.setdefault("rubric", rubric())
         super().__init__(**kwargs)
         self._client: AsyncClient | None = None
