@@ -81,7 +81,8 @@ test:
 	@scripts/stages.sh $(TEST_STAGES)
 
 ## test-env: the environment API's Python client and adapters (clients/python) against live `medgym env serve`
-## processes the tests start: the layered venv .venv-env (requirements/env-base.txt over .venv), the client, Gymnasium
+## processes the tests start: the layered venv .venv-env (requirements/env-base.txt over .venv), ruff and mypy over the
+## client package, the client, Gymnasium
 ## and TRL adapters, a bounded schemathesis run, the TRL GRPO end-to-end test; see scripts/test-env.sh
 test-env: setup-test build library
 	scripts/test-env.sh
