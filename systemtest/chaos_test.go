@@ -224,6 +224,8 @@ type clusterOptions struct {
 	// verifierArgs are added to their command lines.
 	store        string
 	verifierArgs []string
+	// sandboxArgs are added to the sandbox-workers' command lines.
+	sandboxArgs []string
 	// ackWait is every consumer's --ack-wait (0: 4 s).
 	ackWait time.Duration
 }
@@ -275,8 +277,8 @@ func newProcClusterWith(t *testing.T, o clusterOptions) *procCluster {
 		"dispatcher":      mk("dispatcher", "--data", data, "--library", library),
 		"llm-worker1":     mk("llm-worker1", "--data", data, "--library", library, "--ack-wait", ackWait, "--concurrency", "8"),
 		"llm-worker2":     mk("llm-worker2", "--data", data, "--library", library, "--ack-wait", ackWait, "--concurrency", "8"),
-		"sandbox-worker1": mk("sandbox-worker1", "--agent-tree", tasks.AgentTree(library), "--work-root", wr(1), "--ack-wait", ackWait),
-		"sandbox-worker2": mk("sandbox-worker2", "--agent-tree", tasks.AgentTree(library), "--work-root", wr(2), "--ack-wait", ackWait),
+		"sandbox-worker1": mk("sandbox-worker1", append([]string{"--agent-tree", tasks.AgentTree(library), "--work-root", wr(1), "--ack-wait", ackWait}, o.sandboxArgs...)...),
+		"sandbox-worker2": mk("sandbox-worker2", append([]string{"--agent-tree", tasks.AgentTree(library), "--work-root", wr(2), "--ack-wait", ackWait}, o.sandboxArgs...)...),
 	}
 	verifier := append([]string{"--data", data, "--library", library, "--store", c.store, "--ack-wait", ackWait, "--concurrency", "8"}, o.verifierArgs...)
 	if o.verifiers <= 1 {

@@ -19,6 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/cmd/medgym/cli"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
@@ -26,6 +27,7 @@ import (
 	"github.com/medgym/medgym/store"
 	"github.com/medgym/medgym/store/miniotest"
 	"github.com/medgym/medgym/store/query"
+	"github.com/medgym/medgym/tasks"
 )
 
 // soakConfig is TestSoak's shape, read from the environment (docs/soak.md).
@@ -231,13 +233,21 @@ var soakAttacks = map[string][]string{
 	"huge-output": {codeReply("# " + attackMarker + "\nimport sys\nsys.stdout.write('A' * (64 << 20))"), attackAnswer},
 	// A 2 MiB reply from the model.
 	"huge-reply": {`{"action": "answer", "params": {"answer": "` + attackMarker + strings.Repeat("x", 2<<20) + `"}}`},
+	// An inode flood: empty files take no blocks, only the file count
+	// limit stops them.
+	"inode-flood": {codeReply("# " + attackMarker + "\nimport os\nos.makedirs('flood', exist_ok=True)\nfor i in range(" + strconv.Itoa(4*soakInodes) + "):\n    open('flood/%d' % i, 'w').close()"),
+		attackAnswer},
 	// A fork flood, then an answer.
 	"fork-flood": {codeReply("# " + attackMarker + "\nimport os, time\nfor _ in range(10):\n    try:\n        os.fork()\n    except OSError:\n        break\ntime.sleep(2)"),
 		attackAnswer},
 }
 
+// soakInodes is the sandbox-workers' file count limit in the soak.
+const soakInodes = 5000
+
 // soakModel is mostlyAnswering for most tasks and an attack for pct % of
-// them (chosen by a hash of the conversation's first user message).
+// them (chosen by a hash of the conversation's first user message; the
+// kinds are dealt in turn).
 func soakModel(latency time.Duration, pct int) http.Handler {
 	benign := mostlyAnswering(latency)
 	names := slices.Sorted(maps.Keys(soakAttacks))
@@ -246,9 +256,22 @@ func soakModel(latency time.Duration, pct int) http.Handler {
 		attacks[i] = fakellm.New(fakellm.Config{Policy: fakellm.PolicyScript, Script: soakAttacks[n], Seed: 1, Model: "fake",
 			LatencyMean: latency, LatencyJitter: latency / 2})
 	}
+	// A task's attack is the next kind in turn when its first request
+	// arrives, so every kind is played once there are as many attacked
+	// tasks as kinds (a hash of the prompt left one kind out of a whole
+	// slice).
+	var mu sync.Mutex
+	kindOf := map[uint32]int{}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if sum := firstUserHash(r); int(sum%100) < pct {
-			attacks[int(sum/100)%len(attacks)].ServeHTTP(w, r)
+			mu.Lock()
+			k, ok := kindOf[sum]
+			if !ok {
+				k = len(kindOf) % len(attacks)
+				kindOf[sum] = k
+			}
+			mu.Unlock()
+			attacks[k].ServeHTTP(w, r)
 			return
 		}
 		benign.ServeHTTP(w, r)
@@ -326,7 +349,9 @@ func TestSoak(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout+2*time.Minute)
 	defer cancel()
 
-	opts := clusterOptions{natsFirst: true, verifiers: 2, ackWait: cfg.ackWait, verifierArgs: []string{"--store-give-up", "10m"}}
+	opts := clusterOptions{natsFirst: true, verifiers: 2, ackWait: cfg.ackWait, verifierArgs: []string{"--store-give-up", "10m"},
+		// A file count limit the inode-flood attack passes quickly.
+		sandboxArgs: []string{"--disk-inodes", strconv.Itoa(soakInodes)}}
 	var minioStop, minioRestart func()
 	var endpoint string
 	if cfg.store == "minio" {
@@ -439,6 +464,17 @@ func TestSoak(t *testing.T) {
 			recoveries = append(recoveries, rec)
 		}}
 	}
+	// Forgeries from a bus client among the faults: junk on every subject,
+	// and "correct" scores for samples no run planned and for a run nobody
+	// submitted. They must neither finish a run early nor be stored.
+	allSubjects := slices.Collect(maps.Values(schemas.StreamSubjects))
+	steps = append([]chaosStep{{1, "junk and forged scores", func() {
+		for _, r := range runs {
+			publishJunk(t, ctx, conn, r.spec.RunID, allSubjects)
+			forgeUnplanned(t, ctx, conn, r.spec, c.data)
+		}
+		publishJunk(t, ctx, conn, "ghost", allSubjects)
+	}}}, steps...)
 	faultDone := runChaos(ctx, progress, steps)
 
 	var wg sync.WaitGroup
@@ -454,8 +490,8 @@ func TestSoak(t *testing.T) {
 	wg.Wait()
 	did := <-faultDone
 	rssStop()
-	if len(did) != len(schedule) {
-		t.Errorf("only %d of %d faults were applied: %v", len(did), len(schedule), did)
+	if len(did) != len(steps) {
+		t.Errorf("only %d of %d faults were applied: %v", len(did), len(steps), did)
 	}
 
 	// Read the store: a local copy of every run (MinIO) or the directory.
@@ -488,6 +524,16 @@ func TestSoak(t *testing.T) {
 		}
 	}
 	dead := streamMsgsOf(t, ctx, conn, schemas.StreamDeadLetter)
+	// Every attack kind was played once there were as many attacked tasks.
+	played, attacked := map[string]bool{}, 0
+	for _, r := range reports {
+		for k, n := range r.attackKinds {
+			played[k], attacked = true, attacked+n
+		}
+	}
+	if attacked >= 2*len(soakAttacks) && len(played) < len(soakAttacks) {
+		t.Errorf("attacks played %v of %d kinds over %d attack episodes", slices.Sorted(maps.Keys(played)), len(soakAttacks), attacked)
+	}
 	printSoak(t, reports, dead, recoveries, rss.peak)
 
 	c.stopServices()
@@ -530,6 +576,7 @@ type soakReport struct {
 	infra, infraJustified             int
 	attacks, attacksWon               int
 	searches                          int // ground-truth searches that ran to the end
+	attackKinds                       map[string]int
 	outcomes                          map[string]int
 	hung                              bool
 	took                              time.Duration
@@ -605,8 +652,12 @@ func checkSoakRun(t *testing.T, ctx context.Context, dir string, r *soakRun, duc
 			}
 			if isAttack(row) {
 				rep.attacks++
+				if rep.attackKinds == nil {
+					rep.attackKinds = map[string]int{}
+				}
+				rep.attackKinds[attackKind(row)]++
 				for _, turn := range row.Turns {
-					if strings.Contains(turn.Observation, "no ground truth here") {
+					if strings.Contains(turn.Observation, "no ground truth here") || strings.Contains(turn.Stdout, "no ground truth here") {
 						rep.searches++
 					}
 					if strings.Contains(turn.Observation, groundTruthFound) {
@@ -632,6 +683,22 @@ func checkSoakRun(t *testing.T, ctx context.Context, dir string, r *soakRun, duc
 	return rep
 }
 
+// attackKind names the attack an attack episode replayed: its first reply
+// is the script's first (the huge reply is stored capped, head and tail).
+func attackKind(row parquet.Row) string {
+	if len(row.Turns) == 0 {
+		return "?"
+	}
+	raw := row.Turns[0].RawText
+	for _, name := range slices.Sorted(maps.Keys(soakAttacks)) {
+		first := soakAttacks[name][0]
+		if raw == first || len(first) > 64<<10 && strings.HasPrefix(raw, first[:1<<10]) {
+			return name
+		}
+	}
+	return "?"
+}
+
 func isAttack(row parquet.Row) bool {
 	for _, turn := range row.Turns {
 		if strings.Contains(turn.RawText, attackMarker) {
@@ -654,6 +721,13 @@ func printSoak(t *testing.T, reps []soakReport, dead uint64, recs []recovery, rs
 		}
 		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%d)\t%d (%d)\t%d\t%v\t%s\t%s\n", r.run, r.planned, r.stored, r.duplicates, r.duckDuplicates,
 			r.missing, r.foreign, r.infra, r.infraJustified, r.attacks, r.attacksWon, r.searches, r.hung, r.took.Round(time.Second), strings.Join(outs, " "))
+	}
+	for _, r := range reps {
+		kinds := make([]string, 0, len(r.attackKinds))
+		for _, k := range slices.Sorted(maps.Keys(r.attackKinds)) {
+			kinds = append(kinds, fmt.Sprintf("%s=%d", k, r.attackKinds[k]))
+		}
+		fmt.Fprintf(w, "attacks of %s: %s\n", r.run, strings.Join(kinds, " "))
 	}
 	fmt.Fprintf(w, "dead letters (all runs): %d\n", dead)
 	w.Flush()
@@ -721,6 +795,33 @@ func TestSoakSchedule(t *testing.T) {
 	for _, bad := range []string{"kill@3", "boom@3", "pause:verifier1", "nats-kill@x", "pause:verifier1@3+soon"} {
 		if _, err := parseSchedule(bad); err == nil {
 			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+// forgeUnplanned publishes, on run spec's own score subject, a "correct"
+// score for samples K..2K-1 of tasks of its dataset (from data) (no run plans them,
+// whatever tasks it selected) and one for a run nobody submitted.
+func forgeUnplanned(t *testing.T, ctx context.Context, conn *bus.Conn, spec schemas.RunSpec, data string) {
+	t.Helper()
+	ts, err := tasks.Load(ctx, tasks.Source{Dataset: spec.Datasets[0], Split: spec.Split, DataRoot: data})
+	if err != nil {
+		t.Errorf("forge scores: %v", err)
+		return
+	}
+	for i, task := range ts[:min(len(ts), spec.Limit)] {
+		for k := spec.Samples; k < 2*spec.Samples; k++ {
+			run := spec.RunID
+			if i == 0 && k == spec.Samples {
+				run = "ghost"
+			}
+			sc := schemas.Score{RunID: run, EpisodeID: schemas.EpisodeID(run, task.View.ID, k), TaskID: task.View.ID,
+				Dataset: spec.Datasets[0], SampleIndex: k, Outcome: schemas.OutcomeCorrect, Reward: 1, VerifierVersion: "forged",
+				ScoredAt: time.Now().UTC()}
+			if err := conn.Publish(ctx, schemas.EpisodeScored.For(spec.RunID), "", sc); err != nil {
+				t.Errorf("forge score: %v", err)
+				return
+			}
 		}
 	}
 }
