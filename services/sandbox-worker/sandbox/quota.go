@@ -119,9 +119,12 @@ type quotaLimits struct {
 // workspace at dir grows past lim.bytes during the run and beyond its size
 // at the start, or with errInodeQuota when its entries grow past
 // lim.entries and beyond their number at the start (so a workspace already
-// over a limit can still run code that deletes files). A walk counts at
-// most 2*lim.entries entries: reaching that is over the limit whatever the
-// start. stop ends the watch. The size at the start is measured beside the
+// over a limit can still run code that deletes files). The walk at the
+// start counts every entry (the tree is bounded: each earlier run was
+// stopped one poll interval past the limit, or past its own start); the
+// walks during the run count at most lim.entries more than the larger of
+// that start and lim.entries: reaching that is over the limit. stop ends
+// the watch. The size at the start is measured beside the
 // run, not before it (a walk of the workspace is not on a warm run's
 // path); what the code writes before that measurement counts as already
 // there, an overshoot of the same kind as one poll interval's.
@@ -129,11 +132,14 @@ func watchDisk(ctx context.Context, dir string, lim quotaLimits) (context.Contex
 	if lim.bytes <= 0 {
 		return ctx, func() {}
 	}
-	budget := 2 * lim.entries
 	wctx, cancel := context.WithCancelCause(ctx)
 	done := make(chan struct{})
 	go func() {
-		start, _ := walkUsage(dir, budget)
+		start, _ := walkUsage(dir, 0)
+		budget := max(start.entries, lim.entries) + lim.entries
+		if lim.entries <= 0 {
+			budget = 0 // no count limit: every walk counts all
+		}
 		wait := diskPoll
 		t := time.NewTimer(wait)
 		defer t.Stop()

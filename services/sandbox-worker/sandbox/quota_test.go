@@ -41,7 +41,8 @@ func TestWalkBudget(t *testing.T) {
 }
 
 // TestWatchEntries: the watcher cancels a run whose workspace grows past
-// the entry limit, and leaves alone one that starts over it and shrinks.
+// the entry limit, and leaves alone one that starts over it (even past
+// twice the limit) and shrinks.
 func TestWatchEntries(t *testing.T) {
 	dir := t.TempDir()
 	lim := quotaLimits{bytes: 1 << 30, entries: 200}
@@ -63,8 +64,14 @@ func TestWatchEntries(t *testing.T) {
 	if cause := context.Cause(ctx); !errors.Is(cause, errInodeQuota) {
 		t.Fatalf("cause %v, want %v", cause, errInodeQuota)
 	}
-	// Over the limit at the start, deleting files is not stopped.
+	// Over the limit at the start, even past twice the limit (a flood can
+	// overshoot that much in one poll interval), deleting files is not
+	// stopped.
+	touch(30_000, 30_000+3*int(lim.entries))
 	u, _ := walkUsage(dir, 0)
+	if u.entries <= 3*lim.entries {
+		t.Fatalf("%d entries at the start, want more than %d", u.entries, 3*lim.entries)
+	}
 	ctx, stop = watchDisk(t.Context(), dir, lim)
 	defer stop()
 	ents, _ := os.ReadDir(dir)

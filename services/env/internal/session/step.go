@@ -151,6 +151,11 @@ func (s *Service) wait(ctx context.Context, id string, turn int) (StepResult, er
 			stop()
 			return StepResult{}, err
 		}
+		if sess.Score != nil {
+			// The score is stored: the session is no longer live, even if
+			// this step read it before Scored cleared the count.
+			s.setLive(id, false)
+		}
 		if turn < len(sess.Steps) {
 			stop()
 			return sess.Steps[turn], nil
