@@ -57,6 +57,29 @@ func FillStore(ctx context.Context, url string, chunk int) (written int64, free 
 	}
 }
 
+// Undelivered returns the number of messages of stream that its durable
+// consumer has not delivered yet.
+func Undelivered(ctx context.Context, url, stream, durable string) (uint64, error) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return 0, fmt.Errorf("undelivered: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, fmt.Errorf("undelivered: %w", err)
+	}
+	cons, err := js.Consumer(ctx, stream, durable)
+	if err != nil {
+		return 0, fmt.Errorf("undelivered: %w", err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("undelivered: %w", err)
+	}
+	return info.NumPending, nil
+}
+
 // DeleteUndelivered deletes up to n messages of stream that its durable
 // consumer has not delivered yet, as if they had run out of deliveries or
 // been discarded while nothing could record it, and returns their
