@@ -248,3 +248,74 @@ func TestSubscriberRenewsIteratorAfterReconnect(t *testing.T) {
 	waitFor(t, 5*time.Second, func() bool { return sub.Renewals() == 2 })
 	receive("e3")
 }
+
+
+// serverEndedConsumer is a real consumer whose first pull iterator is
+// ended by a terminal status at its first Next, as the server does to a
+// parked pull when the consumer is deleted (then re-created by a
+// provisioner, or across a restart) or the request is refused.
+type serverEndedConsumer struct {
+	jetstream.Consumer
+	opened atomic.Int32
+}
+
+func (c *serverEndedConsumer) Messages(opts ...jetstream.PullMessagesOpt) (jetstream.MessagesContext, error) {
+	it, err := c.Consumer.Messages(opts...)
+	if err != nil || c.opened.Add(1) > 1 {
+		return it, err
+	}
+	return &endedIterator{MessagesContext: it}, nil
+}
+
+type endedIterator struct {
+	jetstream.MessagesContext
+	ended bool
+}
+
+func (it *endedIterator) Next(opts ...jetstream.NextOpt) (jetstream.Msg, error) {
+	if !it.ended {
+		it.ended = true
+		it.Stop()
+		return nil, jetstream.ErrConsumerDeleted
+	}
+	return it.MessagesContext.Next(opts...)
+}
+
+// TestSubscriberSurvivesServerEndedPull: when the server ends a slot's
+// pull iterator itself (a terminal status), the slot opens a new one
+// instead of ending, so the handler keeps receiving: a slot that ended
+// would leave its messages unpulled for good (all of a worker's slots, and
+// a run waits forever).
+func TestSubscriberSurvivesServerEndedPull(t *testing.T) {
+	conn, ctx := setup(t)
+	cons, err := bus.EnsureConsumer(ctx, conn, bus.ConsumerOptions{Stream: schemas.StreamScores, Durable: "ended", Subject: schemas.EpisodeScored})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := &serverEndedConsumer{Consumer: cons}
+	var gen atomic.Uint64 // no reconnect: the server alone ends the iterator
+	sub := bus.NewSubscriber(ended, gen.Load, 50*time.Millisecond)
+	defer sub.Close()
+	msgs, err := sub.Subscribe(ctx, "scores")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Publish(ctx, schemas.EpisodeScored.For("r1"), "e1/scored", score("e1")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m, ok := <-msgs:
+		if !ok {
+			t.Fatal("the subscription ended when the server ended its pull iterator")
+		}
+		if !strings.Contains(string(m.Payload), "e1") {
+			t.Fatalf("got %s, want the score of e1", m.Payload)
+		}
+		m.Ack()
+	case <-time.After(15 * time.Second):
+		t.Fatal("score of e1 not received")
+	}
+	if n := ended.opened.Load(); n != 2 || sub.Renewals() != 1 {
+		t.Fatalf("%d iterators opened, %d renewals; want 2 and 1", n, sub.Renewals())
+	}
+}

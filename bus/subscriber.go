@@ -118,11 +118,14 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 					return
 				}
 				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-					if !sl.renew(ctx) {
+					if errors.Is(err, nats.ErrConnectionClosed) || !sl.renew(ctx) {
 						return
 					}
 					continue
 				}
+				// A terminal status (the consumer deleted, a bad
+				// request) has stopped the iterator: the next Next says
+				// it is closed, and the slot renews it.
 				s.log.Warn("pull next message", "topic", topic, "err", err)
 				continue
 			}
@@ -172,11 +175,29 @@ func (sl *slot) checkReconnect() {
 	}
 }
 
-// renew replaces an iterator the watcher stopped; false means the slot
-// ends (stopped, or the iterator closed for another reason: the connection
-// is closed).
+// renew replaces an iterator that closed: the watcher stopped it after a
+// reconnect, or the server ended it (a terminal status: the consumer was
+// deleted, by a provisioner that re-creates it or across a restart, or a
+// bad request), which is renewed after one check interval, so a slot
+// never ends while its subscription lasts: a slot that ended would leave
+// its share of the messages unpulled for good. false means the slot ends
+// (its subscription stopped).
 func (sl *slot) renew(ctx context.Context) bool {
 	s := sl.s
+	sl.mu.Lock()
+	byServer := !sl.renewing && !sl.stopped
+	sl.renewing = sl.renewing || byServer
+	sl.mu.Unlock()
+	if byServer {
+		s.log.Warn("pull iterator ended by the server; opening a new one", "topic", sl.topic, "after", s.check)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-s.closing:
+			return false
+		case <-time.After(s.check):
+		}
+	}
 	for {
 		sl.mu.Lock()
 		if sl.stopped || !sl.renewing {

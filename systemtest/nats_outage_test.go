@@ -78,9 +78,12 @@ func TestNATSOutageMidRun(t *testing.T) {
 	ns.start()
 	t.Logf("nats-server restarted after %s", outage)
 
+	// The stall report is taken while the services still run (not once
+	// ctx has stopped them), so it shows who holds what.
+	deadline, _ := ctx.Deadline()
 	select {
 	case <-r.done:
-	case <-ctx.Done():
+	case <-time.After(time.Until(deadline) - 30*time.Second):
 		natsLog, _ := os.ReadFile(filepath.Join(work, "nats.log"))
 		t.Fatalf("run did not finish after nats-server came back\n%s\n%s\nnats-server:\n%s", tail(logs.String(), 6000), stallReport(conn), tail(string(natsLog), 3000))
 	}
