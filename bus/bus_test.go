@@ -249,7 +249,6 @@ func TestSubscriberRenewsIteratorAfterReconnect(t *testing.T) {
 	receive("e3")
 }
 
-
 // serverEndedConsumer is a real consumer whose first pull iterator is
 // ended by a terminal status at its first Next, as the server does to a
 // parked pull when the consumer is deleted (then re-created by a
