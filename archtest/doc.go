@@ -10,7 +10,10 @@
 //   - no package of a service, nor its tests, depends on the task
 //     generators (tasks/generate, tasks/stats, SQLite, gonum), directly or
 //     through another package: the services load tasks through package
-//     tasks, which is the standard library and schemas only.
+//     tasks, which is the standard library and schemas only;
+//   - every relative link of the project's Markdown (README, docs/, the
+//     services' READMEs) points at a file, directory or heading that
+//     exists (CheckLinks).
 //
 // Each rule is checked against planted violations in testdata (a positive
 // control), so the test is known to be able to fail. Exceptions are listed

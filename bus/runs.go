@@ -15,8 +15,9 @@ import (
 
 // Runs tells workers whether a message belongs to a run the dispatcher
 // accepted and to one of its planned episodes. It reads the run-status
-// bucket (schemas.BucketRuns), which only the dispatcher writes, before the
-// run's first episode is published. A run's spec never changes once
+// bucket (schemas.BucketRuns): the dispatcher records a run there before
+// its first episode is published (the env server records its own runs,
+// and medgym cancel sets a run's cancel mode). A run's spec never changes once
 // recorded, so accepted runs are cached; unknown ones are looked up again.
 type Runs struct {
 	kv jetstream.KeyValue

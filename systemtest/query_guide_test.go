@@ -21,21 +21,18 @@ import (
 	"github.com/medgym/medgym/store/query"
 )
 
-// readmeQueries returns the ```sql blocks of README.md's "Querying
-// trajectories" section, in order.
-func readmeQueries(t *testing.T) []string {
+// queriesDoc is the guide whose SQL TestQueryGuide runs.
+const queriesDoc = "docs/how-to/query-trajectories.md"
+
+// guideQueries returns the ```sql blocks of the how-to guide on querying
+// trajectories (docs/how-to/query-trajectories.md), in order.
+func guideQueries(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), queriesDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sec, ok := strings.Cut(string(b), "\n## Querying trajectories\n")
-	if !ok {
-		t.Fatal(`README.md has no "## Querying trajectories" section`)
-	}
-	if i := strings.Index(sec, "\n## "); i >= 0 {
-		sec = sec[:i]
-	}
+	sec := string(b)
 	var out []string
 	for {
 		_, rest, ok := strings.Cut(sec, "```sql\n")
@@ -44,7 +41,7 @@ func readmeQueries(t *testing.T) []string {
 		}
 		q, after, ok := strings.Cut(rest, "```")
 		if !ok {
-			t.Fatal("unterminated ```sql block in README.md")
+			t.Fatal("unterminated ```sql block in " + queriesDoc)
 		}
 		out = append(out, q)
 		sec = after
@@ -71,16 +68,16 @@ func num(t *testing.T, v any) float64 {
 	return 0
 }
 
-// TestREADMEQueries runs the README's four queries (success rate by
+// TestQueryGuide runs the query guide's four queries (success rate by
 // dataset and model, Pass@K per task, turn-count distribution, EHRSQL
 // 2024's reliability score) over a
 // store holding two real runs, one with the reference policy and one with
 // a fake model that is right half the time over three samples, and checks
 // every number against the rows.
-func TestREADMEQueries(t *testing.T) {
-	qs := readmeQueries(t)
+func TestQueryGuide(t *testing.T) {
+	qs := guideQueries(t)
 	if len(qs) != 4 {
-		t.Fatalf("README's query section has %d SQL blocks, want 4", len(qs))
+		t.Fatalf("the query guide has %d SQL blocks, want 4", len(qs))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
