@@ -11,7 +11,7 @@ TOOLS   ?= $(HOME)/.cache/medgym/bin
 export MEDGYM_TOOLS := $(TOOLS)
 SERVICES := dispatcher llm-worker sandbox-worker verifier trainer
 
-.PHONY: all setup setup-test venv build library library-again demo test test-go test-system test-long soak test-chart test-compose test-env test-adapters test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
+.PHONY: all setup setup-test venv build check-data library library-again demo test test-go test-system test-long soak test-chart test-compose test-env test-adapters test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
 
 all: build
 
@@ -33,9 +33,14 @@ setup-test:
 venv:
 	scripts/venv.sh
 
+## check-data: the shared data folder is there (../shared/data, or MEDGYM_DATA)
+check-data:
+	@test -d "$(DATA_ROOT)/medcalcbench" || { echo "no data at $(DATA_ROOT): medgym reads the shared data folder (../shared/data beside the checkout, or set MEDGYM_DATA=/path/to/data); it never downloads data"; exit 1; }
+
 ## build: bin/medgym and one binary per service
 build:
 	@mkdir -p $(BIN)
+	@echo "building bin/ (a cold first build compiles every dependency: several minutes on 2 cores; later builds take seconds)"
 	go build -o $(BIN)/medgym ./cmd/medgym
 	@for s in $(SERVICES); do go build -o $(BIN)/$$s ./services/$$s || exit 1; done
 	go build -o $(BIN)/env-server ./services/env
@@ -56,8 +61,9 @@ library-again: build
 	$(BIN)/medgym tasks generate
 	@touch $(LIBRARY_STAMP)
 
-## demo: the reference policy on a small MedCalc-Bench sample, embedded defaults
-demo: setup build
+## demo: the reference policy on a small MedCalc-Bench sample, embedded defaults (checks for the data first, so a
+## clone without it fails at once rather than after the build)
+demo: check-data setup build
 	$(BIN)/medgym run --dataset medcalcbench --split test --limit 20 --policy reference --store runs
 
 ## verify-all: run every generated task's reference solution and check it with the strict verifier

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/medgym/medgym/cmd/medgym/cli"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
+	"github.com/medgym/medgym/services/llm-worker/fakellm"
 	"github.com/medgym/medgym/store"
 	"github.com/medgym/medgym/store/miniotest"
 )
@@ -53,11 +55,15 @@ func TestBadInputClearErrors(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bad, "medcalcbench", "medcalc_bench_v1.0_test_dev.csv"), []byte(broken), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A model server whose API is under /v1, named without it.
+	llm := httptest.NewServer(fakellm.New(fakellm.Config{Policy: "script", Script: []string{answerReply}, Seed: 1, Model: "m"}))
+	defer llm.Close()
 	cases := []struct {
 		name string
 		args []string
 		want []string // all must appear in the error
 	}{
+		{"model URL without /v1", []string{"--policy", "openai", "--model", "m", "--llm-url", llm.URL}, []string{"404", "/v1", "--llm-url"}},
 		{"missing dataset folder", []string{"--data", filepath.Join(t.TempDir(), "nowhere")}, []string{"medcalc", "--data"}},
 		{"unknown dataset", []string{"--dataset", "no_such_set"}, []string{"no_such_set", "built-in"}},
 		{"malformed row", []string{"--data", bad}, []string{"medcalc_bench_v1.0_test_dev.csv:2"}},

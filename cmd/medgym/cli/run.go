@@ -341,6 +341,19 @@ func preflight(ctx context.Context, spec schemas.RunSpec, f *RunFlags) error {
 			return fmt.Errorf("model endpoint %s is unreachable: %v (start the server or fix --llm-url)", spec.Policy.BaseURL, errors.Unwrap(err))
 		}
 		_ = resp.Body.Close()
+		// A server that is down for a while is waited out (ADR 24); a URL
+		// that is not the API's base, or refused credentials, would fail
+		// every episode.
+		switch resp.StatusCode {
+		case http.StatusNotFound:
+			hint := "it usually ends in /v1"
+			if b := strings.TrimRight(spec.Policy.BaseURL, "/"); !strings.HasSuffix(b, "/v1") {
+				hint = "did you mean " + b + "/v1?"
+			}
+			return fmt.Errorf("model endpoint %s answered 404 for GET /models: --llm-url must be the OpenAI-compatible base URL (%s)", spec.Policy.BaseURL, hint)
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return fmt.Errorf("model endpoint %s refused the credentials (%s for GET /models): set the key's variable (--api-key-env) or fix --llm-url", spec.Policy.BaseURL, resp.Status)
+		}
 	}
 	return nil
 }
