@@ -170,4 +170,5 @@ sandbox-image:
 
 clean:
 	rm -rf $(BIN)
-bench: ; go run ./bench
+## bench: every benchmark suite, figures printed and written to bench/results/<date>-<commit>.md (bench/README.md)
+bench: ; mkdir -p bench/results && go run ./bench -out bench/results/$$(date -u +%Y-%m-%d)-$$(git rev-parse --short HEAD).md

@@ -5,6 +5,7 @@
 //
 //	go run ./bench                    # every suite
 //	go run ./bench -suite store,sandbox -v
+//	go run ./bench -out bench/results/$(hostname).md   # also a results file
 //
 // Each suite is `go test -run '^$' -bench ...` in one package; the harness
 // reads the metrics the benchmarks report (b.ReportMetric) from their
@@ -123,10 +124,23 @@ func main() {
 	only := flag.String("suite", "", "comma-separated suites to run (default all: store, sandbox, pipeline, scaling, concurrency, hosts)")
 	verbose := flag.Bool("v", false, "also print each suite's go test output")
 	check := flag.Bool("check", false, "exit 1 when a figure misses its target (the targets are printed either way)")
+	outPath := flag.String("out", "", "also write the figures to this Markdown file, headed by the machine, the date and the commit (docs cite these files, not prose)")
 	flag.Parse()
 	root, err := repoRoot()
 	if err != nil {
 		fatal(err)
+	}
+	var out io.Writer = io.Discard
+	if *outPath != "" {
+		f, err := os.Create(*outPath)
+		if err != nil {
+			fatal(fmt.Errorf("bench: results file: %w", err))
+		}
+		defer f.Close()
+		if err := writeHeader(f, describeMachine(root), os.Args[1:]); err != nil {
+			fatal(fmt.Errorf("bench: results file: %w", err))
+		}
+		out = f
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	failed := false
@@ -135,24 +149,25 @@ func main() {
 			continue
 		}
 		fmt.Fprintf(os.Stderr, "bench: %s: go test -bench %s %s\n", s.Name, s.Bench, s.Pkg)
-		out, err := run(root, s)
+		raw, err := run(root, s)
 		if *verbose || err != nil {
-			os.Stderr.Write(out)
+			os.Stderr.Write(raw)
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", s.Name, err)
 			failed = true
 			continue
 		}
-		res := parse(bytes.NewReader(out))
-		for _, line := range report(s, res) {
-			fmt.Fprintln(tw, line)
-		}
+		res := parse(bytes.NewReader(raw))
+		figures := report(s, res)
 		lines, missed := checkTargets(s, res)
-		for _, line := range lines {
+		for _, line := range append(figures, lines...) {
 			fmt.Fprintln(tw, line)
 		}
 		tw.Flush()
+		if err := writeLines(out, append(figures, lines...)); err != nil {
+			fatal(fmt.Errorf("bench: results file: %w", err))
+		}
 		if *check && missed > 0 {
 			fmt.Fprintf(os.Stderr, "bench: %s: %d target(s) missed\n", s.Name, missed)
 			failed = true

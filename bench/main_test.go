@@ -69,3 +69,26 @@ func TestTargets(t *testing.T) {
 		t.Fatalf("nothing measured: %d missed: %q", missed, lines)
 	}
 }
+
+// TestResultsFile: the results file starts with the machine, the date and
+// the commit, and holds each printed figure as a table row.
+func TestResultsFile(t *testing.T) {
+	var b strings.Builder
+	m := machine{CPU: "Test CPU", Cores: 2, Memory: "24 GiB", Kernel: "6.1", Go: "go1.26", Load: "0.1 0.2 0.3", Commit: "abc123+dirty"}
+	if err := writeHeader(&b, m, []string{"-suite", "store"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeLines(&b, []string{"store\tbatched vs single\t3.10x\t310 / 100 rows/s\t"}); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	for _, want := range []string{"| commit | abc123+dirty |", "Test CPU, 2 cores", "`go run ./bench -suite store`", "| 0.1 0.2 0.3 |",
+		"| store | batched vs single | 3.10x | 310 / 100 rows/s |"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("results file lacks %q:\n%s", want, got)
+		}
+	}
+	if real := describeMachine(".."); real.Cores < 1 || real.Commit == "" || real.Started.IsZero() {
+		t.Errorf("machine %+v", real)
+	}
+}

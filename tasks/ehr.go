@@ -32,3 +32,8 @@ var TREQSSchema = []TREQSTable{
 	{Name: "LAB", Cols: []string{"SUBJECT_ID", "HADM_ID", "ITEMID", "CHARTTIME", "FLAG", "VALUE_UNIT", "LABEL",
 		"FLUID", "CATEGORY"}},
 }
+
+// EHRSQL2024Decimals is the decimals EHRSQL 2024's scorer rounds numeric
+// result cells to before it compares them (its answers are printed so):
+// Truth.Decimals of the ehrsql2024 tasks.
+const EHRSQL2024Decimals = 3

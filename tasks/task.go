@@ -21,6 +21,10 @@ type Truth struct {
 	Upper *float64 `json:"upper,omitempty"`
 	// Tolerance is a relative tolerance for numbers when no bounds are set.
 	Tolerance float64 `json:"tolerance,omitempty"`
+	// Decimals, when set, replaces Tolerance: numbers (answers and list
+	// cells) are equal when both, rounded to this many decimals, are the
+	// same (EHRSQL 2024's scorer rounds numeric cells to 3 decimals).
+	Decimals int `json:"decimals,omitempty"`
 	// Ordered says whether list order matters (AnswerList).
 	Ordered bool `json:"ordered,omitempty"`
 	// Values holds list answers (AnswerList) or upstream's gold list.

@@ -265,6 +265,10 @@ func ehrsql24Task(ctx context.Context, g *ehrGen, q ehrsql24Question, st *EHRSQL
 	}
 	t.View.ID = id
 	t.Truth.Abstention = true
+	// Compared as the benchmark's scorer compares: numeric cells rounded
+	// to 3 decimals (a relative tolerance rejected gold answers as the
+	// benchmark prints them, for values below 5).
+	t.Truth.Decimals, t.Truth.Tolerance = tasks.EHRSQL2024Decimals, 0
 	t.Truth.Extra["upstream_id"] = q.ID
 	t.Truth.Extra["upstream_sql"] = q.SQL
 	delete(t.Truth.Extra, "template")

@@ -26,8 +26,10 @@ const (
 // a rule change can flip an accepted answer to rejected or back. 1.2.0: the
 // termination closed (scored turn_limit, nothing graded), and an output
 // task that ends on the answer action or the turn limit is scored on its
-// last code run (no check of an answer changed).
-const RulesSemver = "1.2.0"
+// last code run (no check of an answer changed). 2.0.0: a truth's Decimals
+// (ehrsql2024: numbers compared rounded to 3 decimals, as the benchmark's
+// scorer compares them) replaces its relative tolerance.
+const RulesSemver = "2.0.0"
 
 // ParseMode parses a verifier mode; "" means Strict.
 func ParseMode(s string) (Mode, error) {

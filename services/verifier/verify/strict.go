@@ -175,6 +175,42 @@ func closeEnough(got, want, rel float64) bool {
 	return math.Abs(got-want) <= rel*math.Abs(want)+absTol
 }
 
+// numRule is how a truth compares numbers: rounded to Decimals (both
+// sides, as Python's round and str print them) or within a relative
+// tolerance.
+type numRule struct {
+	decimals int
+	rel      float64
+}
+
+func numRuleOf(truth tasks.Truth) numRule {
+	return numRule{decimals: truth.Decimals, rel: relTol(truth)}
+}
+
+func (r numRule) equal(got, want float64) bool {
+	if r.decimals > 0 {
+		return roundDecimals(got, r.decimals) == roundDecimals(want, r.decimals)
+	}
+	return closeEnough(got, want, r.rel)
+}
+
+func (r numRule) String() string {
+	if r.decimals > 0 {
+		return fmt.Sprintf("rounded to %d decimals", r.decimals)
+	}
+	return "relative tolerance " + fmtNum(r.rel)
+}
+
+// roundDecimals is v rounded to d decimals, correctly (the exact binary
+// value, ties to even, as Python's round), with -0 as 0.
+func roundDecimals(v float64, d int) string {
+	s := strconv.FormatFloat(v, 'f', d, 64)
+	if strings.TrimLeft(s, "-0.") == "" {
+		return strings.TrimPrefix(s, "-")
+	}
+	return s
+}
+
 func checkNumber(truth tasks.Truth, got string) (bool, string) {
 	v, err := parseNumber(got)
 	if err != nil {
@@ -197,11 +233,11 @@ func checkNumber(truth tasks.Truth, got string) (bool, string) {
 	if err != nil {
 		return false, "rejected: the task's truth is not a number: " + err.Error()
 	}
-	rel := relTol(truth)
-	if closeEnough(v, want, rel) {
-		return true, fmt.Sprintf("accepted: %s equals %s (relative tolerance %s)", fmtNum(v), fmtNum(want), fmtNum(rel))
+	rule := numRuleOf(truth)
+	if rule.equal(v, want) {
+		return true, fmt.Sprintf("accepted: %s equals %s (%s)", fmtNum(v), fmtNum(want), rule)
 	}
-	return false, fmt.Sprintf("rejected: %s differs from %s (relative tolerance %s)", fmtNum(v), fmtNum(want), fmtNum(rel))
+	return false, fmt.Sprintf("rejected: %s differs from %s (%s)", fmtNum(v), fmtNum(want), rule)
 }
 
 // checkInteger applies MedCalc-Bench's rule round(answer) == truth, with
@@ -282,10 +318,10 @@ func checkList(truth tasks.Truth, got string) (bool, string) {
 	if len(pred) != len(gold) {
 		return false, fmt.Sprintf("rejected: %d values, want %d", len(pred), len(gold))
 	}
-	rel := relTol(truth)
+	rule := numRuleOf(truth)
 	if truth.Ordered {
 		for i := range gold {
-			if !elemEqual(pred[i], gold[i], rel) {
+			if !elemEqual(pred[i], gold[i], rule) {
 				return false, fmt.Sprintf("rejected: value %d is %q, want %q (order matters)", i+1, pred[i], gold[i])
 			}
 		}
@@ -296,7 +332,7 @@ func checkList(truth tasks.Truth, got string) (bool, string) {
 	// sorted pairing finds a match whenever one exists.
 	ps, gs := sortedElems(pred), sortedElems(gold)
 	for i := range gs {
-		if !elemEqual(ps[i], gs[i], rel) {
+		if !elemEqual(ps[i], gs[i], rule) {
 			return false, fmt.Sprintf("rejected: values differ as a multiset (first difference: %q vs %q)", ps[i], gs[i])
 		}
 	}
@@ -305,11 +341,11 @@ func checkList(truth tasks.Truth, got string) (bool, string) {
 
 // elemEqual compares list elements: numerically when both are plain
 // numbers, else as normalised strings.
-func elemEqual(got, want string, rel float64) bool {
+func elemEqual(got, want string, rule numRule) bool {
 	g, gerr := parsePlainNumber(got)
 	w, werr := parsePlainNumber(want)
 	if gerr == nil && werr == nil {
-		return closeEnough(g, w, rel)
+		return rule.equal(g, w)
 	}
 	return normString(got) == normString(want)
 }
