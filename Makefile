@@ -155,7 +155,7 @@ test-short:
 ## "context deadline exceeded" as a failure when the time runs out mid-execution, with no failing input
 ## (golang/go#75804, fixed in Go 1.27). FUZZTIME=30s (or 1000x) overrides every target's budget.
 FUZZTIME ?=
-FUZZ_TARGETS := agent:FuzzParse:300000x services/verifier/verify:FuzzParsers:100000x services/verifier/verify:FuzzCheck:5000x
+FUZZ_TARGETS := schemas:FuzzDecode:100000x agent:FuzzParse:300000x services/verifier/verify:FuzzParsers:100000x services/verifier/verify:FuzzCheck:5000x
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		dir=$${t%%:*}; rest=$${t#*:}; name=$${rest%%:*}; budget=$${rest#*:}; over="$(FUZZTIME)"; budget=$${over:-$$budget}; \
