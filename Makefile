@@ -11,7 +11,7 @@ TOOLS   ?= $(HOME)/.cache/medgym/bin
 export MEDGYM_TOOLS := $(TOOLS)
 SERVICES := dispatcher llm-worker sandbox-worker verifier trainer
 
-.PHONY: all setup setup-test venv build check-data library library-again demo test test-go test-system test-long soak test-chart test-compose test-env test-adapters test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
+.PHONY: all setup setup-test venv build check-data lint library library-again demo test test-go test-system test-long soak test-chart test-compose test-env test-adapters test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
 
 all: build
 
@@ -73,6 +73,11 @@ verify-all: library
 vet:
 	go vet $(PKGS)
 
+## lint: golangci-lint (staticcheck, unused, errorlint, forbidigo: .golangci.yml) over every module; installs the
+## pinned version the first time (scripts/lint.sh)
+lint:
+	scripts/lint.sh
+
 fmt:
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
@@ -82,7 +87,7 @@ tidy:
 ## test: every check CI runs: gofmt, vet, go mod tidy, race tests (Docker backend included) of the
 ## packages and of the system tests, the Helm chart's render test, the compose deployment, the sandbox on
 ## cgroup v2, every reference solution, bounded fuzzing; prints each stage's time
-TEST_STAGES := setup-test library fmt vet tidy test-go test-system test-env test-adapters test-chart test-compose test-cgroup2 verify-all fuzz
+TEST_STAGES := setup-test library fmt vet lint tidy test-go test-system test-env test-adapters test-chart test-compose test-cgroup2 verify-all fuzz
 test:
 	@scripts/stages.sh $(TEST_STAGES)
 

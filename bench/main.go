@@ -130,7 +130,7 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	var out io.Writer = io.Discard
+	out := io.Discard
 	if *outPath != "" {
 		f, err := os.Create(*outPath)
 		if err != nil {

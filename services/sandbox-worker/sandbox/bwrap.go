@@ -88,7 +88,6 @@ type bwrapBase struct {
 	cg       *cgroupParent // nil: rlimits only
 	asRoot   bool          // worker is root: drop to sandboxUID on the host too
 	seq      atomic.Int64
-	hostUID  int
 	overhead int64        // extra cgroup memory for the interpreter itself
 	seccomp  []byte       // BPF program bwrap loads before the command; nil: none
 	masks    []maskedPath // host paths under /usr hidden behind empty placeholders
@@ -429,10 +428,10 @@ func (c *coldRunner) run(ctx context.Context, spec runSpec) (runOutput, error) {
 	out.duration = time.Since(begin)
 	st.kill() // nothing may outlive the run
 	status := <-st.status
-	switch context.Cause(ctx) {
-	case errTimeout:
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errTimeout):
 		out.timedOut = true
-	case errFlood:
+	case errors.Is(cause, errFlood):
 		out.flood = true
 	default:
 		if ctx.Err() != nil {

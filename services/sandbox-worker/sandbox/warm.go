@@ -62,7 +62,6 @@ type server struct {
 	conn  *net.UnixConn
 	dir   string // host workspace bound at /work
 	dead  chan struct{}
-	oom0  bool
 	runMu sync.Mutex
 	// refill: the pool is to be refilled once this server's first run
 	// ends (it was adopted from the pool; see prepare).

@@ -57,7 +57,7 @@ func readMedcalc(t *testing.T) []medcalcRow {
 	var rows []medcalcRow
 	for {
 		rec, err := r.Read()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

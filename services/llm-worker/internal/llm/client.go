@@ -453,7 +453,7 @@ func (e *clientError) Unwrap() []error { return e.errs }
 
 func (c *Client) errorf(kind, cause error, format string, args ...any) error {
 	errs := []error{kind}
-	if cause != nil && cause != kind {
+	if cause != nil && !errors.Is(cause, kind) {
 		errs = append(errs, cause)
 	}
 	return &clientError{msg: c.redact(fmt.Sprintf(format, args...)), errs: errs}
