@@ -11,7 +11,7 @@ resolves with requirements/constraints.txt in a fresh venv, to the versions the 
 2. A real install and import, where that is cheap (no torch): medgym[gym] and medgym[skyrl] each into a fresh venv,
    then ``import medgym.gym`` / ``import medgym.skyrl``.
 
-Prints each step's time. Needs PyPI (pip's cache makes it fast). Exit 1 on any mismatch.
+Resolutions and installs run side by side (they mostly wait on PyPI). Prints each step's time. Needs PyPI (pip's cache makes it fast). Exit 1 on any mismatch.
   EXTRAS=...  which extras (default: all six)   INSTALL=...  which to install for real (default: gym skyrl)
 """
 
@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,27 +93,41 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="medgym-extras.") as tmp:
         t0 = time.monotonic()
         py = venv(Path(tmp) / "resolve")
-        print(f"check-extras: fresh venv in {time.monotonic() - t0:.0f}s")
-        for extra in names:
+        print(f"check-extras: fresh venv in {time.monotonic() - t0:.0f}s", flush=True)
+
+        def resolution(extra: str) -> list[str]:
             t = time.monotonic()
             if extra not in declared:
-                bad.append(f"[{extra}] clients/python/pyproject.toml has no such extra")
-                continue
+                return [f"[{extra}] clients/python/pyproject.toml has no such extra"]
             installed = resolve(py, Path(tmp) / f"{extra}.json", f"{CLIENT}[{extra}]")
-            bad += check(extra, declared[extra], installed, pins)
+            found = check(extra, declared[extra], installed, pins)
             if extra in NO_DEPS:
                 fw = NO_DEPS[extra]
-                bad += check(extra, [fw], resolve(py, Path(tmp) / f"{fw}.json", "--no-deps", fw), pins)
-            print(f"check-extras: [{extra}] resolved ({len(installed)} packages) in {time.monotonic() - t:.0f}s")
-        for extra in real:
-            t = time.monotonic()
-            vpy = venv(Path(tmp) / f"install-{extra}")
-            subprocess.run([str(vpy), *PIP, "install", "--quiet", "--no-build-isolation", "-c", str(CONSTRAINTS),
-                            f"{CLIENT}[{extra}]"], check=True)
-            r = subprocess.run([str(vpy), "-c", f"import {IMPORTS[extra]}"], cwd=tmp, capture_output=True, text=True)
-            if r.returncode:
-                bad.append(f"[{extra}] import {IMPORTS[extra]} failed after installing medgym[{extra}]:\n{r.stderr}")
-            print(f"check-extras: [{extra}] installed and imported in {time.monotonic() - t:.0f}s")
+                found += check(extra, [fw], resolve(py, Path(tmp) / f"{fw}.json", "--no-deps", fw), pins)
+            print(f"check-extras: [{extra}] resolved ({len(installed)} packages) in {time.monotonic() - t:.0f}s",
+                  flush=True)
+            return found
+
+        def installs() -> list[str]:
+            found = []
+            for extra in real:  # one after another: each builds the client in its source tree
+                t = time.monotonic()
+                vpy = venv(Path(tmp) / f"install-{extra}")
+                subprocess.run([str(vpy), *PIP, "install", "--quiet", "--no-build-isolation", "-c", str(CONSTRAINTS),
+                                f"{CLIENT}[{extra}]"], check=True)
+                r = subprocess.run([str(vpy), "-c", f"import {IMPORTS[extra]}"], cwd=tmp, capture_output=True,
+                                   text=True)
+                if r.returncode:
+                    found.append(f"[{extra}] import {IMPORTS[extra]} failed after installing medgym[{extra}]:\n"
+                                 f"{r.stderr}")
+                print(f"check-extras: [{extra}] installed and imported in {time.monotonic() - t:.0f}s", flush=True)
+            return found
+
+        # pip's resolution mostly waits on the index and metadata, so the resolutions and the installs overlap.
+        with ThreadPoolExecutor(max_workers=2) as pool:  # the CI machine has 2 cores
+            jobs = [pool.submit(resolution, e) for e in names] + [pool.submit(installs)]
+            for j in jobs:
+                bad += j.result()
         print(f"check-extras: {len(names)} extras resolved, {len(real)} installed, in {time.monotonic() - t0:.0f}s")
     for b in bad:
         print("check-extras:", b, file=sys.stderr)

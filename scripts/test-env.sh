@@ -27,8 +27,8 @@ VENV=$root/.venv-env VENV_BASE=$root/.venv VENV_LAYERS=requirements/env-base.txt
 
 # Installs: every extra of clients/python (medgym[gym], [trl], [skyrl], [verifiers], [verl], [openrlhf]) resolves
 # with requirements/constraints.txt in a fresh venv to the tested pins, and medgym[gym] and medgym[skyrl] install
-# into fresh venvs and import (scripts/check_extras.py: pip's resolution against PyPI, no torch download; about
-# 2.5 minutes on the shared 2-core machine with a warm pip cache). CHECK_EXTRAS=0 skips it.
+# into fresh venvs and import (scripts/check_extras.py: pip's resolution against PyPI, no torch download; about 2
+# minutes of CPU, 2.5 minutes on an idle 2-core machine with a warm pip cache). CHECK_EXTRAS=0 skips it.
 [ "${CHECK_EXTRAS:-1}" = 0 ] || .venv-env/bin/python scripts/check_extras.py
 
 eval "extra=(${PYTEST_ARGS:-})"
