@@ -67,3 +67,25 @@ def test_framework_extras_cap_torch_and_transformers():
         reqs = {constraints.canonical(Requirement(r).name): Requirement(r) for r in EXTRAS[extra]}
         for name, newer in (("torch", "2.15.0"), ("transformers", "5.24.0")):
             assert name in reqs and not reqs[name].specifier.contains(newer), (extra, name)
+
+
+def test_check_extras_reports_what_differs_from_the_pins():
+    """scripts/check_extras.py's comparison, on resolutions made up here: a pinned package off its pin and an extra's
+    requirement the resolution left out are reported; the tested set passes."""
+    spec = importlib.util.spec_from_file_location("check_extras", ROOT / "scripts" / "check_extras.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    pins = constraints.pins()
+
+    def resolved(**versions):
+        return [{"metadata": {"name": n, "version": v}} for n, v in versions.items()]
+
+    reqs = EXTRAS["trl"]
+    tested = resolved(trl="1.16.0", transformers="5.17.0", torch="2.11.0", datasets="5.2.0", medgym="0.2.0")
+    assert mod.check("trl", reqs, tested, pins) == []
+    moved = resolved(trl="1.16.0", transformers="5.24.0", torch="2.15.0", datasets="5.2.0")
+    bad = mod.check("trl", reqs, moved, pins)
+    assert any("torch resolved to 2.15.0, the tested pin is 2.11.0" in b for b in bad), bad
+    assert any("transformers" in b and "5.24.0" in b for b in bad), bad
+    assert any("datasets>=4,<6: resolved to None" in b for b in mod.check("trl", reqs, moved[:3], pins))
