@@ -5,7 +5,11 @@ SkyRL's generator makes one environment per trajectory with ``skyrl_gym.make(row
 extras=row_extras)``, calls ``init(prompt)`` and then ``step(model_text)`` until ``done``. Rows of
 ``medgym export``'s prompt-only dataset (``prompts/<dataset>_<split>.parquet``) carry ``env_class: medgym`` and
 ``task_id``; SkyRL passes every column besides ``prompt`` and ``env_class`` as ``extras``. The server is named by
-``env_config.base_url`` (SkyRL's ``environment.skyrl_gym.medgym`` config) or $MEDGYM_URL.
+``env_config.base_url`` or $MEDGYM_URL (token $MEDGYM_TOKEN, options $MEDGYM_OPTIONS). SkyRL 0.3.0's generator passes
+``getattr(cfg.environment.skyrl_gym, env_class, {})`` as ``env_config``, and its config refuses keys its dataclasses do
+not declare (``environment.skyrl_gym.medgym.base_url=...`` is an error), so with stock SkyRL the environment variables
+name the server; a ``SkyRLGymConfig`` subclass with a ``medgym: dict`` field (SkyRL's way to add config) passes it as
+``env_config``.
 
 - ``init`` opens a session for the row's task and returns the server's system and user messages (the prompt medgym's
   llm-worker builds; the row's prompt is the same text when exported with the same options).

@@ -159,18 +159,21 @@ type Result struct {
 	DataCard string
 	SFT      []SFTRecord
 	Rejected []SFTRecord
-	DPO      []DPORecord
-	Verifier []VerifierRecord
-	GRPO     []GRPORecord
+	// TRL prompt/completion forms of SFT, Rejected and Verifier.
+	SFTTRL, RejectedTRL, VerifierTRL []TRLRecord
+	DPO                              []DPORecord
+	Verifier                         []VerifierRecord
+	GRPO                             []GRPORecord
 }
 
 // Build reads trajectories and writes every export under out:
 //
-//	sft/sft.{jsonl,parquet}            SFT (TRL messages; LLaMA-Factory openai style)
-//	rejection/best_of_k.{jsonl,parquet} best successful sample per task
+//	sft/sft.{jsonl,parquet}            SFT: messages + per-message loss_mask (train_step.py; LLaMA-Factory openai style)
+//	sft/trl.{jsonl,parquet}            SFT for TRL: prompt/completion, one record per assistant turn with loss
+//	rejection/best_of_k.{jsonl,parquet} best successful sample per task (and rejection/trl.*)
 //	dpo/dpo.{jsonl,parquet}            TRL preference pairs (prompt, chosen, rejected)
 //	dpo/llamafactory.jsonl             LLaMA-Factory ranking pairs (single-message sides)
-//	verifier/verifier.{jsonl,parquet}  YES/NO trajectories, balanced
+//	verifier/verifier.{jsonl,parquet}  YES/NO trajectories, balanced (and verifier/trl.*)
 //	grpo/grpo.{jsonl,parquet}          GRPO groups with advantages
 //	dataset_info.json, manifest.json, DATACARD.md
 func Build(ctx context.Context, src Source, storeName string, f Filter, o Options, out string) (Result, error) {
@@ -205,6 +208,7 @@ func Build(ctx context.Context, src Source, storeName string, f Filter, o Option
 			renamed++
 		}
 	}
+	res.SFTTRL, res.RejectedTRL, res.VerifierTRL = TRLSFT(res.SFT), TRLSFT(res.Rejected), TRLVerifier(res.Verifier)
 	var gst GRPOStats
 	res.GRPO, gst = GRPO(eps, o.GRPO)
 
@@ -216,6 +220,7 @@ func Build(ctx context.Context, src Source, storeName string, f Filter, o Option
 	var lf []lfPair
 	counts := map[string]int{"episodes": len(rows), "sft": len(res.SFT), "rejection_sampled": len(res.Rejected),
 		"rejection_tasks_without_success": rejectedTasks, "verifier": len(res.Verifier),
+		"sft_trl": len(res.SFTTRL), "rejection_sampled_trl": len(res.RejectedTRL), "verifier_trl": len(res.VerifierTRL),
 		"grpo_samples": gst.Samples, "grpo_groups": gst.Groups, "grpo_zero_variance_groups": gst.ZeroVariance,
 		"grpo_dropped_zero_variance_groups": gst.DroppedZeroVariance,
 		"sft_format_error_turns_masked":     sst.FormatErrorTurnsMasked, "sft_format_error_episodes_dropped": sst.FormatErrorEpisodesDrop,
@@ -233,9 +238,12 @@ func Build(ctx context.Context, src Source, storeName string, f Filter, o Option
 	}
 	if err := firstErr(
 		add(writeBoth(out, "sft/sft", SFTSchema, res.SFT)),
+		add(writeBoth(out, "sft/trl", TRLSchema, res.SFTTRL)),
 		add(writeBoth(out, "rejection/best_of_k", SFTSchema, res.Rejected)),
+		add(writeBoth(out, "rejection/trl", TRLSchema, res.RejectedTRL)),
 		add(writeBoth(out, "dpo/dpo", DPOSchema, res.DPO)),
 		add(writeBoth(out, "verifier/verifier", VerifierSchema, res.Verifier)),
+		add(writeBoth(out, "verifier/trl", TRLSchema, res.VerifierTRL)),
 		add(writeBoth(out, "grpo/grpo", GRPOSchema, res.GRPO)),
 	); err != nil {
 		return res, err

@@ -40,6 +40,11 @@ var (
 		field("messages", messagesType), field("loss_mask", maskType), str("run_id"), str("label"), field("passed", arrow.FixedWidthTypes.Boolean),
 		str("episode_id"), str("task_id"), str("dataset"),
 	}, nil)
+	// TRLSchema is the schema of TRL prompt/completion files.
+	TRLSchema = arrow.NewSchema([]arrow.Field{
+		field("prompt", messagesType), field("completion", messagesType), field("turn", arrow.PrimitiveTypes.Int64),
+		str("run_id"), str("episode_id"), str("task_id"), str("dataset"), str("split"),
+	}, nil)
 	// GRPOSchema is the schema of GRPO batch files.
 	GRPOSchema = arrow.NewSchema([]arrow.Field{
 		str("group_id"), str("task_id"), str("dataset"), str("split"),
