@@ -166,4 +166,30 @@ func TestReplayDeterminism(t *testing.T) {
 	if n := len(readRun(t, ctx, f.Store, newRun)); n != 5 {
 		t.Fatalf("new run holds %d rows after a second write", n)
 	}
+
+	// 4. Rescore: the stored outputs re-scored, nothing run. An outcome and
+	// reward stored wrong (as another label set or verifier would have
+	// scored it) flips back, and only that episode's; a turn whose output
+	// was stored capped is reported as needing a replay.
+	rewriteRun(t, f.Store, "replay-ref", func(r *parquet.Row) {
+		if r.EpisodeID == victim.EpisodeID {
+			r.Outcome, r.Reward = "incorrect", 0
+		}
+		if r.EpisodeID == rows[0].EpisodeID {
+			r.Turns[0].StdoutBytes = int64(len(r.Turns[0].Stdout)) + 1<<20
+		}
+	})
+	rescore := append([]string{"rescore"}, args[1:]...)
+	out, _, err = runCLI(t, rescore...)
+	if !errors.Is(err, cli.ErrChanged) {
+		t.Fatalf("rescore of a run with a wrong stored reward: err %v, want errChanged\n%s", err, out)
+	}
+	if !strings.Contains(out, "5 episodes, 0 actions re-executed") || !strings.Contains(out, "1 episode(s) re-scored from output stored capped") {
+		t.Fatalf("rescore output:\n%s", out)
+	}
+	got = changeLines(out)
+	if len(got) != 2 || got[0][0] != victim.EpisodeID || got[0][3] != "outcome" || got[0][5] != `"correct"` ||
+		got[1][0] != victim.EpisodeID || got[1][3] != "reward" || got[1][5] != `"1"` {
+		t.Fatalf("rescore changes %q, want the victim's outcome and reward back to correct and 1\n%s", got, out)
+	}
 }

@@ -25,6 +25,7 @@ Usage:
   medgym sandbox  info [--backend bwrap|docker]   the isolation a run gets, probed from inside
   medgym query    --store DIR "SQL"
   medgym replay   --store DIR --run ID [flags]   re-execute a run's actions, re-score it, report changes
+  medgym rescore  --store DIR --run ID [flags]   re-score a run's stored outputs with the current verifier and truths (no code runs), report flips
   medgym report   --store DIR --run ID [--out DIR]   Markdown + SVG report of a run
   medgym export   --out DIR [--dataset D] [--split S]   task datasets for RL frameworks: verl RL parquet, TRL/SkyRL prompts
   medgym fake-llm [flags]   a fake OpenAI-compatible server (a test tool)
@@ -59,6 +60,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdQuery(ctx, rest, stdout, stderr)
 	case "replay":
 		return cmdReplay(ctx, rest, stdout, stderr)
+	case "rescore":
+		return cmdRescore(ctx, rest, stdout, stderr)
 	case "report":
 		return cmdReport(ctx, rest, stdout, stderr)
 	case "export":

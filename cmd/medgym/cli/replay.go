@@ -30,13 +30,31 @@ var ErrChanged = errors.New("replay differs from the record")
 // cmdReplay re-executes a stored run's actions and re-scores its episodes:
 // a determinism check. See internal/replay.
 func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	return replayCommand(ctx, true, args, stdout, stderr)
+}
+
+// cmdRescore re-scores stored episodes with the current verifier (and the
+// current task library's truths) from their stored outputs, running no
+// agent code: which rewards and outcomes flip, and which episodes need a
+// replay because a verdict may depend on output stored capped.
+func cmdRescore(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return replayCommand(ctx, false, args, stdout, stderr)
+}
+
+// replayCommand is `medgym replay` (exec: the logged actions run again in
+// fresh sandboxes) and `medgym rescore` (the stored outputs re-scored).
+func replayCommand(ctx context.Context, exec bool, args []string, stdout, stderr io.Writer) error {
+	name := "replay"
+	if !exec {
+		name = "rescore"
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	storeURL := fs.String("store", "runs", "trajectory store: a directory or s3://bucket/prefix")
 	endpoint := fs.String("s3-endpoint", "", "S3 endpoint host:port (default $AWS_ENDPOINT_URL)")
 	region := fs.String("s3-region", "", "S3 region (default $AWS_REGION)")
 	insecure := fs.Bool("s3-insecure", false, "use plain HTTP for the S3 endpoint")
-	runID := fs.String("run", "", "run id to replay (required)")
+	runID := fs.String("run", "", "run id to "+name+" (required)")
 	episodes := fs.String("episode", "", "only these episode ids, comma separated")
 	mode := fs.String("verifier-mode", "", "re-score with strict or upstream rules (default: each episode's recorded mode)")
 	write := fs.Bool("write", false, "write episodes re-scored under a different verifier version to run <run>-replay-<version hash>")
@@ -46,20 +64,24 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	library := fs.String("library", tasks.LibraryDir(), "generated task library, mounted into the sandbox like the run")
 	tasksDir := fs.String("tasks-dir", "", "upstream MedAgentGym task folder (if the run used one)")
 	var sw sandboxworker.Config // the sandbox-worker's flags, named as on medgym run
-	registerComponent(fs, "sandbox-worker", &sw)
+	if exec {
+		registerComponent(fs, "sandbox-worker", &sw)
+	}
 	conc := fs.Int("concurrency", 2, "episodes replayed at once")
 	logLevel := fs.String("log", "warn", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *runID == "" || fs.NArg() > 0 {
-		return errors.New("usage: medgym replay --store DIR|s3://... --run ID [--episode ID] [--verifier-mode strict|upstream] [--write]")
+		return fmt.Errorf("usage: medgym %s --store DIR|s3://... --run ID [--episode ID] [--verifier-mode strict|upstream] [--write]", name)
 	}
 	if err := scoring.Validate(); err != nil {
 		return err
 	}
-	if err := sw.Validate(); err != nil {
-		return err
+	if exec {
+		if err := sw.Validate(); err != nil {
+			return err
+		}
 	}
 	if *mode != "" {
 		if _, err := verify.ParseMode(*mode); err != nil {
@@ -95,18 +117,22 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if eo == nil {
 		fmt.Fprintf(stderr, "run %s has no manifest with its options: replaying with the default episode options\n", *runID)
 	}
-	logger := NewLogger(stderr, *logLevel)
-	agent, cleanup, err := (&ServiceFlags{Library: *library, TasksDir: *tasksDir}).AgentTree()
-	if err != nil {
-		return err
+	var ex replay.Executor
+	if exec {
+		logger := NewLogger(stderr, *logLevel)
+		agent, cleanup, err := (&ServiceFlags{Library: *library, TasksDir: *tasksDir}).AgentTree()
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		sw.Sandbox.DataRoot = agent
+		sb, err := sandbox.New(ctx, sw.Sandbox, logger)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = sb.Close() }()
+		ex = sb
 	}
-	defer cleanup()
-	sw.Sandbox.DataRoot = agent
-	sb, err := sandbox.New(ctx, sw.Sandbox, logger)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = sb.Close() }()
 	start := time.Now()
 	hashes, err := tasks.LibraryHashes(*library)
 	if *tasksDir != "" {
@@ -115,12 +141,12 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	rep, err := replay.Run(ctx, *runID, rows, replay.Options{Tasks: tasks.NewCache(*data, *tasksDir, *library), Exec: sb, Hashes: hashes,
+	rep, err := replay.Run(ctx, *runID, rows, replay.Options{Tasks: tasks.NewCache(*data, *tasksDir, *library), Exec: ex, Hashes: hashes,
 		Mode: *mode, Scoring: scoring, EpisodeOptions: eo, Concurrency: *conc})
 	if err != nil {
 		return err
 	}
-	printReplay(stdout, rep, time.Since(start))
+	printReplay(stdout, name, rep, time.Since(start))
 	if *write {
 		if err := writeRescored(ctx, st, rep, stdout); err != nil {
 			return err
@@ -159,7 +185,7 @@ func changedEpisodes(rep replay.Report) int {
 }
 
 // printReplay prints a summary line, then a table of the changes.
-func printReplay(w io.Writer, rep replay.Report, el time.Duration) {
+func printReplay(w io.Writer, name string, rep replay.Report, el time.Duration) {
 	var recorded []parquet.Row
 	var current []string
 	seen := map[string]bool{}
@@ -171,8 +197,17 @@ func printReplay(w io.Writer, rep replay.Report, el time.Duration) {
 		}
 	}
 	changes := rep.Changes()
-	fmt.Fprintf(w, "replay of run %s: %d episodes, %d actions re-executed in %s\n", rep.RunID, len(rep.Episodes),
+	needs := 0
+	for _, e := range rep.Episodes {
+		if e.NeedsExecution {
+			needs++
+		}
+	}
+	fmt.Fprintf(w, "%s of run %s: %d episodes, %d actions re-executed in %s\n", name, rep.RunID, len(rep.Episodes),
 		rep.Executed(), el.Round(time.Millisecond))
+	if needs > 0 {
+		fmt.Fprintf(w, "%d episode(s) re-scored from output stored capped: a verdict may differ on the full output (medgym replay runs them again)\n", needs)
+	}
 	fmt.Fprintf(w, "verifier: recorded %s, replayed %s\n", strings.Join(replay.Versions(recorded), ", "), strings.Join(current, ", "))
 	if len(changes) == 0 {
 		fmt.Fprintln(w, "no change: every observation, outcome and reward is as recorded")

@@ -1,6 +1,9 @@
 // Package replay re-executes the logged actions of stored episodes and
 // re-scores them with the current verifier: a determinism check for
-// `medgym replay`.
+// `medgym replay`. Without an executor it re-scores the stored outputs
+// alone (`medgym rescore`): no agent code runs, and an episode whose
+// verdict may depend on output the row stores capped is marked
+// NeedsExecution (replay it to be sure).
 //
 // For each episode, the turns that reached the sandbox during the run
 // (validate_code, terminal and request_info actions that parsed, were
@@ -40,7 +43,9 @@ type Executor interface {
 type Options struct {
 	// Tasks gives each episode's task: resources, permitted actions, truth.
 	Tasks *tasks.Cache
-	Exec  Executor
+	// Exec runs the logged actions again; nil re-scores the stored
+	// outputs without running anything.
+	Exec Executor
 	// Mode is the verifier mode to re-score with; "" is each row's own mode.
 	Mode string
 	// Scoring are the verifier's reward settings, as configured for the
@@ -80,6 +85,10 @@ type Episode struct {
 	Rescored parquet.Row
 	// Executed counts the turns run again.
 	Executed int
+	// NeedsExecution: re-scored from stored outputs, and a turn that
+	// reached the sandbox has output the row stores capped, on which a
+	// verdict may depend (re-scoring without an executor only).
+	NeedsExecution bool
 	Verdict  string
 	Changes  []Change
 }
@@ -112,8 +121,8 @@ func (r Report) Executed() int {
 // of rows. An error is returned only when ctx ends; an episode that cannot
 // be replayed is reported as a Change with Field "error".
 func Run(ctx context.Context, runID string, rows []parquet.Row, opt Options) (Report, error) {
-	if opt.Tasks == nil || opt.Exec == nil {
-		return Report{}, errors.New("replay: Tasks and Exec are required")
+	if opt.Tasks == nil {
+		return Report{}, errors.New("replay: Tasks is required")
 	}
 	if opt.Mode != "" {
 		m, err := verify.ParseMode(opt.Mode)
@@ -164,7 +173,9 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 		return fail(err)
 	}
 	mode = string(m)
-	defer func() { _ = opt.Exec.Release(row.EpisodeID) }()
+	if opt.Exec != nil {
+		defer func() { _ = opt.Exec.Release(row.EpisodeID) }()
+	}
 
 	turns := make([]schemas.Turn, len(row.Turns))
 	for i, t := range row.Turns {
@@ -189,6 +200,21 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 			TimeoutSec:   max(1, eo.ActionTimeoutSec),
 			Check:        t.Action == schemas.ActionValidateCode && eo.EndOn != schemas.EndOnAnswer,
 			VerifierMode: mode,
+		}
+		if opt.Exec == nil {
+			// Re-score the stored output: what the verifier saw, unless it
+			// was capped for storage.
+			if t.StdoutBytes > int64(len(t.Stdout)) || t.StderrBytes > int64(len(t.Stderr)) {
+				ep.NeedsExecution = true
+			}
+			if req.Check {
+				c := verify.CheckOutput(m, row.Dataset, task.Truth, execOfStored(turns[i]))
+				if c.Accepted != t.Accepted {
+					change(i, "accepted", strconv.FormatBool(t.Accepted), strconv.FormatBool(c.Accepted))
+				}
+				turns[i].Accepted = c.Accepted
+			}
+			continue
 		}
 		res, err := opt.Exec.Execute(ctx, req)
 		if err != nil {
@@ -350,7 +376,14 @@ func toTurn(t parquet.Turn) schemas.Turn {
 		Truncated: t.Truncated, Accepted: t.Accepted, DurationMS: t.DurationMS, LLMLatencyMS: t.LLMLatencyMS,
 		PromptTokens: int(t.PromptTokens), CompletionTokens: int(t.CompletionTokens),
 		PromptTokenIDs: t.PromptTokenIDs, CompletionTokenIDs: t.CompletionTokenIDs, CompletionLogprobs: t.CompletionLogprobs,
+		StdoutBytes: t.StdoutBytes, StderrBytes: t.StderrBytes,
 	}
+}
+
+// execOfStored is a stored turn's execution as the verifier checked it.
+func execOfStored(t schemas.Turn) schemas.ExecResult {
+	return schemas.ExecResult{Status: t.ExecStatus, ExitCode: t.ExitCode, Stdout: t.Stdout, Stderr: t.Stderr,
+		Truncated: t.Truncated, DurationMS: t.DurationMS, Files: t.Files, StdoutBytes: t.StdoutBytes, StderrBytes: t.StderrBytes}
 }
 
 func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
