@@ -89,8 +89,8 @@ type Episode struct {
 	// reached the sandbox has output the row stores capped, on which a
 	// verdict may depend (re-scoring without an executor only).
 	NeedsExecution bool
-	Verdict  string
-	Changes  []Change
+	Verdict        string
+	Changes        []Change
 }
 
 // Report is the replay of a run.
