@@ -40,6 +40,7 @@ type Batcher struct {
 	maxRows  int
 	maxBytes int
 	maxAge   time.Duration
+	idle     time.Duration // > 0: also flush once no row arrived for this long
 	log      *slog.Logger
 
 	ctx    context.Context // for size- and age-triggered flushes
@@ -51,6 +52,7 @@ type Batcher struct {
 	buf    []pending
 	bytes  int
 	timer  *time.Timer
+	idleT  *time.Timer
 	closed bool
 }
 
@@ -80,6 +82,15 @@ func (b *Batcher) WithMaxBytes(n int) *Batcher {
 	return b
 }
 
+// WithIdle makes the Batcher also flush once no row arrived for d (≤ 0:
+// never; only size and age flush): a row that arrives alone is written
+// after d rather than after maxAge, while a steady stream still fills
+// batches. Call it before the first Add.
+func (b *Batcher) WithIdle(d time.Duration) *Batcher {
+	b.idle = max(d, 0)
+	return b
+}
+
 // Add buffers row; done(err) is called once the row is stored (nil), was
 // already stored (nil), or could not be stored (err). When the buffer is
 // full, Add flushes it before returning, which pushes back on the caller.
@@ -97,6 +108,13 @@ func (b *Batcher) Add(row parquet.Row, done func(err error)) {
 	b.bytes += rowSize(&row)
 	if len(b.buf) == 1 {
 		b.timer = time.AfterFunc(b.maxAge, b.flushOnAge)
+	}
+	if b.idle > 0 {
+		if b.idleT == nil {
+			b.idleT = time.AfterFunc(b.idle, b.flushOnAge)
+		} else {
+			b.idleT.Reset(b.idle)
+		}
 	}
 	full := len(b.buf) >= b.maxRows || b.bytes >= b.maxBytes
 	b.mu.Unlock()
@@ -125,6 +143,10 @@ func (b *Batcher) Flush(ctx context.Context) error {
 	if b.timer != nil {
 		b.timer.Stop()
 		b.timer = nil
+	}
+	if b.idleT != nil {
+		b.idleT.Stop()
+		b.idleT = nil
 	}
 	b.mu.Unlock()
 	if len(batch) == 0 {

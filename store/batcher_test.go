@@ -148,6 +148,41 @@ func TestBatcherFlushesByAge(t *testing.T) {
 	}
 }
 
+// TestBatcherFlushesWhenIdle: with an idle flush, rows that arrive
+// together are one batch, written once no row arrived for the idle time,
+// long before the (hour-long) age; without one they wait for the age.
+func TestBatcherFlushesWhenIdle(t *testing.T) {
+	t.Parallel()
+	w := &fakeWriter{}
+	res := newResults()
+	b := store.NewBatcher(w, 100, time.Hour, quiet()).WithIdle(50 * time.Millisecond)
+	t.Cleanup(func() { _ = b.Close(context.Background()) })
+	b.Add(row("r", "e1", "d", "correct"), res.done("e1"))
+	b.Add(row("r", "e2", "d", "correct"), res.done("e2"))
+	for range 2 {
+		select {
+		case <-res.ch:
+		case <-time.After(10 * time.Second):
+			t.Fatal("rows not flushed once idle")
+		}
+	}
+	w.mu.Lock()
+	calls := len(w.calls)
+	w.mu.Unlock()
+	if calls != 1 {
+		t.Fatalf("%d writes, want the two rows in one", calls)
+	}
+	// The positive control: no idle flush, the row waits for its age.
+	plain := store.NewBatcher(&fakeWriter{}, 100, time.Hour, quiet())
+	t.Cleanup(func() { _ = plain.Close(context.Background()) })
+	other := newResults()
+	plain.Add(row("r", "e3", "d", "correct"), other.done("e3"))
+	time.Sleep(200 * time.Millisecond)
+	if other.count() != 0 {
+		t.Fatal("a row was flushed without an idle flush, before its age")
+	}
+}
+
 func TestBatcherFlushesBySize(t *testing.T) {
 	t.Parallel()
 	w := &fakeWriter{}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -113,6 +114,16 @@ func cmdEnvServe(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		fs.Var(fl.Value, name, "env: "+fl.Usage)
 	})
+	// A session's final step waits for its row to be stored: the embedded
+	// verifier rolls a file once episodes stop arriving for a moment
+	// rather than after --verifier-batch-age (a value given on the command
+	// line wins).
+	if fl := fs.Lookup("verifier-batch-idle"); fl != nil {
+		if err := fl.Value.Set(envBatchIdle.String()); err != nil {
+			return err
+		}
+		fl.DefValue = envBatchIdle.String()
+	}
 	nats := fs.String("nats", "", "NATS URL of running services (default: embedded server, sandbox-worker and verifier in-process)")
 	state := fs.String("state", ".medgym", "directory for the embedded JetStream file store and the task views")
 	datasets := fs.String("dataset", "", "datasets offered, comma separated (default: every built-in one the library has)")
@@ -191,6 +202,10 @@ func cmdEnvServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	return startEnvServices(ctx, conn, &f, ec, log)
 }
+
+// envBatchIdle is the embedded verifier's --verifier-batch-idle under env
+// serve.
+const envBatchIdle = 20 * time.Millisecond
 
 // startEnvServices runs the environment server with an in-process
 // sandbox-worker and verifier (the dispatcher and llm-worker have no part:

@@ -33,6 +33,10 @@ type Config struct {
 	Concurrency int
 	// BatchAge rolls a file at least this often while episodes arrive.
 	BatchAge time.Duration
+	// BatchIdle, when > 0, also rolls a file once no episode arrived for
+	// this long, so a lone episode (an interactive session's) is stored,
+	// and its score published, without waiting out BatchAge.
+	BatchIdle time.Duration
 	// Scoring are the reward settings; `medgym replay` scores with the same.
 	Scoring Scoring
 	AckWait time.Duration
@@ -61,6 +65,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
 	})
 	fs.IntVar(&c.Concurrency, "concurrency", 32, "episodes scored and stored at once (rows per Parquet file at most)")
 	fs.DurationVar(&c.BatchAge, "batch-age", time.Second, "roll a Parquet file at least this often while episodes arrive")
+	fs.DurationVar(&c.BatchIdle, "batch-idle", 0, "also roll a Parquet file once no episode arrived for this long (0: off; medgym env serve defaults to 20ms, so a session's final step does not wait out --batch-age)")
 	fs.DurationVar(&c.StoreGiveUp, "store-give-up", DefaultStoreGiveUp, "how long the store may refuse every row of a run before the run fails with its error (instead of its episodes being retried forever)")
 	fs.DurationVar(&c.AckWait, "ack-wait", 60*time.Second, "how long a message may go unacked (in-progress acks keep long work alive) before another process gets it")
 	c.Scoring.RegisterFlags(fs)
@@ -71,8 +76,8 @@ func (c Config) Validate() error {
 	if c.Concurrency < 0 {
 		return fmt.Errorf("verifier: --concurrency %d: must be ≥ 1 (0: the default)", c.Concurrency)
 	}
-	if c.BatchAge < 0 || c.AckWait < 0 || c.StoreGiveUp < 0 {
-		return errors.New("verifier: --batch-age, --ack-wait and --store-give-up must be positive")
+	if c.BatchAge < 0 || c.BatchIdle < 0 || c.AckWait < 0 || c.StoreGiveUp < 0 {
+		return errors.New("verifier: --batch-age, --batch-idle, --ack-wait and --store-give-up must not be negative")
 	}
 	return c.Scoring.Validate()
 }

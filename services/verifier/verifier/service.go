@@ -50,7 +50,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 		return fmt.Errorf("verifier: %w", err)
 	}
 	st.WithClaims(cl)
-	batch := store.NewBatcher(st, cfg.Concurrency, cfg.BatchAge, log)
+	batch := store.NewBatcher(st, cfg.Concurrency, cfg.BatchAge, log).WithIdle(cfg.BatchIdle)
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
