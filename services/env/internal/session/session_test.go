@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -271,5 +272,46 @@ func TestPromptIsCreatesOpening(t *testing.T) {
 	}
 	if _, err := w.svc.Prompt(CreateRequest{TaskID: "nope"}); !errors.Is(err, ErrUnknownTask) {
 		t.Fatalf("unknown task: %v", err)
+	}
+}
+
+// TestStepTokenData: the token data of a step is stored in its turn as the
+// llm-worker's path stores it, and junk (ids and logprobs that disagree,
+// negative ids, logprobs that are no log-probability, too many ids) is
+// refused before anything is played.
+func TestStepTokenData(t *testing.T) {
+	t.Parallel()
+	w, _ := newWorld(t, newMemStore(), Limits{})
+	id := create(t, w.svc, Options{}).Session.ID
+	ctx := context.Background()
+	nan := float32(math.NaN())
+	for name, r := range map[string]StepRequest{
+		"logprobs without ids": {Logprobs: []float32{-1}},
+		"fewer logprobs":       {TokenIDs: []int32{1, 2}, Logprobs: []float32{-1}},
+		"more logprobs":        {TokenIDs: []int32{1}, Logprobs: []float32{-1, -2}},
+		"negative id":          {TokenIDs: []int32{1, -1}},
+		"negative prompt id":   {PromptTokenIDs: []int32{-5}},
+		"NaN logprob":          {TokenIDs: []int32{1}, Logprobs: []float32{nan}},
+		"positive logprob":     {TokenIDs: []int32{1}, Logprobs: []float32{0.5}},
+		"too many ids":         {TokenIDs: make([]int32, MaxCompletionTokenIDs+1)},
+		"too many prompt ids":  {PromptTokenIDs: make([]int32, MaxPromptTokenIDs+1)},
+		"infinite logprob":     {TokenIDs: []int32{1}, Logprobs: []float32{float32(math.Inf(-1))}},
+	} {
+		r.Content = code("print(1)")
+		if _, err := w.svc.Step(ctx, id, r); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	if got, _ := w.svc.Get(ctx, id); len(got.State.Turns) != 0 {
+		t.Fatalf("a refused step was played: %d turns", len(got.State.Turns))
+	}
+	r := StepRequest{Turn: 0, Content: answerReply("42"), PromptTokenIDs: []int32{7, 8, 9}, TokenIDs: []int32{3, 4}, Logprobs: []float32{-0.5, 0}}
+	if _, err := w.svc.Step(ctx, id, r); err != nil {
+		t.Fatal(err)
+	}
+	turn := w.results[0].Turns[0]
+	if !reflect.DeepEqual(turn.PromptTokenIDs, r.PromptTokenIDs) || !reflect.DeepEqual(turn.CompletionTokenIDs, r.TokenIDs) ||
+		!reflect.DeepEqual(turn.CompletionLogprobs, r.Logprobs) {
+		t.Fatalf("stored turn: prompt %v, completion %v, logprobs %v", turn.PromptTokenIDs, turn.CompletionTokenIDs, turn.CompletionLogprobs)
 	}
 }

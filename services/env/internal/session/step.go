@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/medgym/medgym/agent/episode"
@@ -21,6 +22,40 @@ type StepRequest struct {
 	PromptTokens, CompletionTokens int
 }
 
+// The bounds on a step's token data: a completion's ids (and logprobs)
+// and the prompt's ids the client's engine generated from.
+const (
+	MaxCompletionTokenIDs = 1 << 16
+	MaxPromptTokenIDs     = 1 << 18
+)
+
+// validate refuses token data the store could not keep as the llm-worker's
+// path keeps it: negative ids, logprobs without their ids or of another
+// length, logprobs that are not finite or above 0, too many ids.
+func (r StepRequest) validate() error {
+	switch {
+	case len(r.TokenIDs) > MaxCompletionTokenIDs:
+		return fmt.Errorf("%w: token_ids: %d ids, at most %d", ErrInvalid, len(r.TokenIDs), MaxCompletionTokenIDs)
+	case len(r.PromptTokenIDs) > MaxPromptTokenIDs:
+		return fmt.Errorf("%w: prompt_token_ids: %d ids, at most %d", ErrInvalid, len(r.PromptTokenIDs), MaxPromptTokenIDs)
+	case len(r.Logprobs) > 0 && len(r.Logprobs) != len(r.TokenIDs):
+		return fmt.Errorf("%w: logprobs: %d values for %d token_ids (one per completion token)", ErrInvalid, len(r.Logprobs), len(r.TokenIDs))
+	}
+	for name, ids := range map[string][]int32{"token_ids": r.TokenIDs, "prompt_token_ids": r.PromptTokenIDs} {
+		for i, id := range ids {
+			if id < 0 {
+				return fmt.Errorf("%w: %s[%d] is %d (token ids are ≥ 0)", ErrInvalid, name, i, id)
+			}
+		}
+	}
+	for i, lp := range r.Logprobs {
+		if v := float64(lp); math.IsNaN(v) || math.IsInf(v, 0) || v > 0 {
+			return fmt.Errorf("%w: logprobs[%d] is %v (log-probabilities are finite and ≤ 0)", ErrInvalid, i, lp)
+		}
+	}
+	return nil
+}
+
 // maxConflicts bounds the compare-and-set retries of one change (another
 // request or handler saved the session in between).
 const maxConflicts = 8
@@ -30,6 +65,9 @@ const maxConflicts = 8
 // TurnError, and any turn past the end is ErrDone. An answer to a reply
 // that is not the one its turn was played with is marked ReplyIgnored.
 func (s *Service) Step(ctx context.Context, id string, r StepRequest) (StepResult, error) {
+	if err := r.validate(); err != nil {
+		return StepResult{}, err
+	}
 	res, played, err := s.step(ctx, id, r)
 	if err == nil && played != nil && played.RawText != r.Content {
 		res.ReplyIgnored = true
