@@ -77,6 +77,15 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 
 
+def _ints(ids: Any) -> list[int] | None:
+    """Token ids as JSON integers (a framework may hold them as a tensor, a tuple or numpy integers)."""
+    if ids is None:
+        return None
+    if hasattr(ids, "tolist"):
+        ids = ids.tolist()
+    return [int(i) for i in ids]
+
+
 def _retry_after(resp: httpx.Response) -> float | None:
     value = resp.headers.get("Retry-After")
     if not value:
@@ -148,6 +157,7 @@ class _Protocol:
         token_ids: list[int] | None,
         logprobs: list[float] | None,
         usage: dict[str, Any] | None,
+        prompt_token_ids: list[int] | None = None,
     ) -> _Request:
         if (content is None) == (tool_calls is None):
             raise ValueError("medgym: a step takes exactly one of content or tool_calls")
@@ -156,8 +166,9 @@ class _Protocol:
                 "turn": int(turn),
                 "content": content,
                 "tool_calls": tool_calls,
-                "token_ids": token_ids,
-                "logprobs": logprobs,
+                "token_ids": _ints(token_ids),
+                "prompt_token_ids": _ints(prompt_token_ids),
+                "logprobs": None if logprobs is None else [float(x) for x in logprobs],
                 "usage": usage,
             }
         )
@@ -336,9 +347,12 @@ class Client(_Protocol):
         token_ids: list[int] | None = None,
         logprobs: list[float] | None = None,
         usage: dict[str, Any] | None = None,
+        prompt_token_ids: list[int] | None = None,
     ) -> StepResult:
-        """Send the model's reply (raw ``content``, parsed by medgym's parser, or OpenAI ``tool_calls``)."""
-        req = self._step(session_id, turn, content, tool_calls, token_ids, logprobs, usage)
+        """Send the model's reply (raw ``content``, parsed by medgym's parser, or OpenAI ``tool_calls``). ``token_ids``
+        (the completion's, as generated), ``logprobs`` (one per completion id) and ``prompt_token_ids`` (what the
+        engine generated from) are stored in the turn, as the llm-worker stores a vLLM's."""
+        req = self._step(session_id, turn, content, tool_calls, token_ids, logprobs, usage, prompt_token_ids)
         return StepResult.from_json(self._call(req))
 
     def close_session(self, session_id: str) -> dict[str, Any]:
@@ -445,9 +459,10 @@ class AsyncClient(_Protocol):
         token_ids: list[int] | None = None,
         logprobs: list[float] | None = None,
         usage: dict[str, Any] | None = None,
+        prompt_token_ids: list[int] | None = None,
     ) -> StepResult:
         """See :meth:`Client.step`."""
-        req = self._step(session_id, turn, content, tool_calls, token_ids, logprobs, usage)
+        req = self._step(session_id, turn, content, tool_calls, token_ids, logprobs, usage, prompt_token_ids)
         return StepResult.from_json(await self._call(req))
 
     async def close_session(self, session_id: str) -> dict[str, Any]:
