@@ -175,10 +175,12 @@ class _Protocol:
         return _Request("POST", f"/v1/sessions/{_seg(session_id)}/step", _IDEMPOTENT, body=body)
 
     @staticmethod
-    def _prompt(task_id: str, dataset: str | None, split: str | None, end_on: str | None) -> _Request:
+    def _prompt(
+        task_id: str, dataset: str | None, split: str | None, end_on: str | None, prompt_mode: str | None = None
+    ) -> _Request:
         if not task_id:
             raise ValueError("medgym: task_id is required")
-        params = _drop_none({"dataset": dataset, "split": split, "end_on": end_on})
+        params = _drop_none({"dataset": dataset, "split": split, "end_on": end_on, "prompt_mode": prompt_mode})
         return _Request("GET", f"/v1/tasks/{_seg(task_id)}/prompt", _IDEMPOTENT, params=params)
 
     @staticmethod
@@ -313,7 +315,7 @@ class Client(_Protocol):
     ) -> dict[str, Any]:
         """Start an episode of task_id: ``{session_id, run_id, episode_id, task, messages, tools, turn, max_turns}``.
         dataset and split are needed only when the id is ambiguous. options (None values are left out): max_turns,
-        end_on, verifier_mode, show_verdict, loop_guard, action_timeout_sec, episode_timeout_sec, compat, seed,
+        end_on, verifier_mode, show_verdict, loop_guard, action_timeout_sec, episode_timeout_sec, compat, prompt_mode, seed,
         temperature, model, run_id, tags, reward."""
         return self._call(self._create(task_id, dataset, split, options))
 
@@ -324,10 +326,12 @@ class Client(_Protocol):
         dataset: str | None = None,
         split: str | None = None,
         end_on: str | None = None,
+        prompt_mode: str | None = None,
     ) -> dict[str, Any]:
         """``{task, messages, tools}``: what a session of task_id opens with under end_on (whether the answer
-        action is offered), built by the llm-worker's prompt builder; opens no session and stores nothing."""
-        return self._call(self._prompt(task_id, dataset, split, end_on))
+        action is offered) and prompt_mode (json or tools), built by the llm-worker's prompt builder; opens no session
+        and stores nothing."""
+        return self._call(self._prompt(task_id, dataset, split, end_on, prompt_mode))
 
     def session_status(self, session_id: str) -> dict[str, Any]:
         """The session as the server keeps it (turn, done, outcome, reward, messages, row, ...)."""
@@ -437,9 +441,10 @@ class AsyncClient(_Protocol):
         dataset: str | None = None,
         split: str | None = None,
         end_on: str | None = None,
+        prompt_mode: str | None = None,
     ) -> dict[str, Any]:
         """See :meth:`Client.prompt`."""
-        return await self._call(self._prompt(task_id, dataset, split, end_on))
+        return await self._call(self._prompt(task_id, dataset, split, end_on, prompt_mode))
 
     async def session_status(self, session_id: str) -> dict[str, Any]:
         """See :meth:`Client.session_status`."""

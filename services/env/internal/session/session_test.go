@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -313,5 +314,48 @@ func TestStepTokenData(t *testing.T) {
 	if !reflect.DeepEqual(turn.PromptTokenIDs, r.PromptTokenIDs) || !reflect.DeepEqual(turn.CompletionTokenIDs, r.TokenIDs) ||
 		!reflect.DeepEqual(turn.CompletionLogprobs, r.Logprobs) {
 		t.Fatalf("stored turn: prompt %v, completion %v, logprobs %v", turn.PromptTokenIDs, turn.CompletionTokenIDs, turn.CompletionLogprobs)
+	}
+}
+
+// TestPromptModeTools: prompt_mode tools opens the episode with the tools
+// prompt (no JSON reply format) and offers the task's permitted actions as
+// tools, in the session's messages, its tools and the prompt endpoint
+// alike; a call of an action the task does not permit is refused as in
+// JSON mode; the default is JSON mode, and junk or tools under upstream
+// rules is refused.
+func TestPromptModeTools(t *testing.T) {
+	t.Parallel()
+	w, _ := newWorld(t, newMemStore(), Limits{})
+	tools := schemas.PromptModeTools
+	c := create(t, w.svc, Options{PromptMode: &tools})
+	sys := c.Messages[0].Content
+	var names []string
+	for _, tool := range c.Tools {
+		names = append(names, tool.Function.Name)
+	}
+	if !reflect.DeepEqual(names, task.PermittedActions) || strings.Contains(sys, "JSON") ||
+		!strings.Contains(sys, "Each reply calls exactly one of the tools validate_code, terminal, answer") {
+		t.Fatalf("tools %v, system prompt:\n%s", names, sys)
+	}
+	p, err := w.svc.Prompt(CreateRequest{TaskID: task.ID, Options: Options{PromptMode: &tools}})
+	if err != nil || !reflect.DeepEqual(p.Messages, c.Messages) || !reflect.DeepEqual(p.Tools, c.Tools) {
+		t.Fatalf("prompt endpoint differs from the session's opening: %v", err)
+	}
+	r := step(t, w.svc, c.Session.ID, 0, `{"action": "debug", "params": {"code": "x", "error_msg": "y"}}`)
+	if r.Done || !strings.Contains(r.Observation, `"debug" is not permitted`) {
+		t.Fatalf("a forbidden action: %+v", r)
+	}
+	def := create(t, w.svc, Options{})
+	if !strings.Contains(def.Messages[0].Content, "Must be valid JSON format.") || !reflect.DeepEqual(def.Tools, c.Tools) {
+		t.Fatalf("default prompt:\n%s", def.Messages[0].Content)
+	}
+	json, junk, up := schemas.PromptModeJSON, "xml", schemas.CompatUpstream
+	if j := create(t, w.svc, Options{PromptMode: &json}); j.Messages[0].Content != def.Messages[0].Content {
+		t.Fatal("prompt_mode json is not the default")
+	}
+	for _, o := range []Options{{PromptMode: &junk}, {PromptMode: &tools, Compat: &up}} {
+		if _, err := w.svc.Create(context.Background(), CreateRequest{TaskID: task.ID, Options: o}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("options %+v: %v, want ErrInvalid", o, err)
+		}
 	}
 }
