@@ -8,31 +8,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import medgym
-from adapters_live import export, fake_model, medgym_server, model_reply, wait_rows, framework  # noqa: F401
+from adapters_live import chatml_tokenizer, export, fake_model, hesitant_reply, medgym_server, model_reply, wait_rows, framework  # noqa: F401
 
 framework("openrlhf", "openrlhf.utils.agent")
 from openrlhf.datasets import PromptDataset  # noqa: E402
 from openrlhf.utils.agent import AgentExecutorBase, MultiTurnAgentExecutor  # noqa: E402
-
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
-
-def _tokenizer():
-    # A byte-level tokenizer built here (nothing downloaded): every text round-trips through its ids.
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    tok = Tokenizer(models.BPE({c: i for i, c in enumerate(sorted(alphabet))}, []))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    t = PreTrainedTokenizerFast(tokenizer_object=tok)
-    # ChatML's markers are single special tokens, the close the EOS (as Qwen's): generation ends with it.
-    t.add_special_tokens({"eos_token": "<|im_end|>", "additional_special_tokens": ["<|im_start|>"]})
-    t.chat_template = CHATML
-    return t
-
 
 class ModelEngine:
     """The generation side of OpenRLHF's rollout (vLLM there): decodes the token ids it is given, asks the reference
@@ -51,9 +31,7 @@ class Hesitant(ModelEngine):
     feedback sits between two generations."""
 
     def reply(self, transcript):
-        if transcript.count("<|im_start|>assistant") == 1:
-            return "Let me think about it first."
-        return super().reply(transcript)
+        return hesitant_reply(self.model_url, transcript)
 
     async def generate(self, token_ids, sampling_params, multi_modal_data=None):
         self.calls += 1
@@ -77,13 +55,16 @@ def _load_agent_file():
 
 
 def test_openrlhf_agent_plays_exported_rows(medgym_server, fake_model, tmp_path, monkeypatch):
+    import time
+
     url, store = medgym_server
+    rid = f"openrlhf-rows-{time.time_ns()}"
     monkeypatch.setenv("MEDGYM_URL", url)
-    monkeypatch.setenv("MEDGYM_OPTIONS", '{"max_turns": 5}')
+    monkeypatch.setenv("MEDGYM_OPTIONS", f'{{"max_turns": 5, "run_id": "{rid}"}}')
     import datasets
 
     rows = datasets.Dataset.from_parquet(str(export(tmp_path) / "prompts" / "medcalcbench_test.parquet"))
-    tok = _tokenizer()
+    tok = chatml_tokenizer()
     data_args = SimpleNamespace(input_key="prompt", label_key="task_id", apply_chat_template=True)
     prompts = PromptDataset(rows, tok, SimpleNamespace(args=SimpleNamespace(data=data_args), is_rank_0=lambda: True))
     assert len(prompts) == 2
@@ -102,18 +83,11 @@ def test_openrlhf_agent_plays_exported_rows(medgym_server, fake_model, tmp_path,
         # One close per turn: the generation's EOS closes the assistant turn, the feedback does not close it again.
         assert "<|im_end|><|im_end|>" not in transcript and transcript.count("<|im_end|>") == transcript.count("<|im_start|>")
         transcripts[label] = (res["observation_tokens"], res["action_ranges"], res["rollout_log_probs"])
-    rows_by_task = {}
-    # Every episode was stored: the server named its run in the sessions; find them by task in the store.
-    import glob
-    import pyarrow.parquet as pq
-
-    for f in glob.glob(f"{store}/trajectories/**/*.parquet", recursive=True):
-        for r in pq.read_table(f, columns=["task_id", "reward", "outcome", "messages", "turns"]).to_pylist():
-            rows_by_task.setdefault(r["task_id"], []).append(r)
+    # Every episode was stored, under the run the options named.
+    by_task = {x["task_id"]: x for x in wait_rows(store, rid, len(rows))}
     for i, r in enumerate(rows):
-        played = [x for x in rows_by_task.get(r["task_id"], []) if x["outcome"] == "correct" and x["reward"] == 1.0]
-        assert played, r["task_id"]
-        stored = played[-1]
+        stored = by_task[r["task_id"]]
+        assert stored["outcome"] == "correct" and stored["reward"] == 1.0, stored["outcome"]
         ids, ranges, logprobs = transcripts[r["task_id"]]
         # Token-exact: every turn holds the ids OpenRLHF trains on (its action ranges of the transcript), which
         # re-tokenise to the stored reply, and the prompt it was generated from; the rendered conversation is the chat
@@ -169,7 +143,7 @@ def test_openrlhf_budget_cut_is_scored_and_stored(medgym_server, monkeypatch):
     rid = f"openrlhf-cut-{time.time_ns()}"
     monkeypatch.setenv("MEDGYM_URL", url)
     monkeypatch.setenv("MEDGYM_OPTIONS", f'{{"max_turns": 10, "run_id": "{rid}"}}')
-    tok = _tokenizer()
+    tok = chatml_tokenizer()
     executor = _load_agent_file()
     engine = Unparseable(tok, "")
     prompt = "<|im_start|>user\nWhat is 6 times 7?<|im_end|>\n<|im_start|>assistant\n"
