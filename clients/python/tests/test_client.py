@@ -225,8 +225,13 @@ def test_prompt_opens_no_session(server, client, reference):
     assert e.value.code == "unknown_task"
 
     rid = run_id("prompts")
-    ds = prompt_dataset(client, [r["task_id"] for r in reference], dataset=DATASET, split=SPLIT, run_id=rid)
+    ids = [r["task_id"] for r in reference]
+    ds = prompt_dataset(client, ids, dataset=DATASET, split=SPLIT, run_id=rid, options={"prompt_mode": "json"})
     assert [r["prompt"] for r in ds] == [prompt_of(r) for r in reference]
+    # By default the dataset carries the tool-calling prompt (MedGymToolEnv's sessions run in tools mode).
+    tools = prompt_dataset(client, ids, dataset=DATASET, split=SPLIT, run_id=rid)
+    assert [r["prompt"] for r in tools] == [client.prompt(i, dataset=DATASET, split=SPLIT, prompt_mode="tools")["messages"] for i in ids]
+    assert all("JSON" not in r["prompt"][0]["content"] for r in tools)
     assert client.health()["live_sessions"] == live
     assert server.rows(rid) == [] and server.rows("prompts") == []
     doc = client.openapi()
@@ -271,3 +276,28 @@ def test_verl_reward_function_reads_the_stored_reward(server, client, reference)
     assert compute_score("medgym/treqs", "not an action", ref, extra, base_url=server.url) == 0.0
     rows = sorted(server.rows(rid), key=lambda x: x["reward"])
     assert [(x["outcome"], x["termination"]) for x in rows] == [("turn_limit", "closed"), ("correct", "accepted")]
+
+
+def test_token_data_is_stored_and_junk_refused(server, client, reference):
+    """A step's token data lands in its turn of the stored row as sent; token data the store could not keep as the
+    llm-worker's path keeps it is a 400 before anything is played (the session stays at its turn)."""
+    row = reference[0]
+    rid = run_id("tokens")
+    s = client.session(row["task_id"], dataset=DATASET, split=SPLIT, run_id=rid)
+    for junk in (
+        {"token_ids": [1, 2], "logprobs": [-0.5]},  # one logprob per id
+        {"logprobs": [-0.5]},  # logprobs without their ids
+        {"token_ids": [1, -2]},  # a negative id
+        {"prompt_token_ids": [-1]},
+        {"token_ids": [1], "logprobs": [0.5]},  # not a log-probability
+        {"token_ids": [0] * 65537},  # over the cap
+    ):
+        with pytest.raises(medgym.BadRequestError):
+            s.step(json.dumps(reference_action(row)), **junk)
+    assert s.turn == 0 and client.session_status(s.id)["turn"] == 0
+    sent = {"prompt_token_ids": [5, 6, 7], "token_ids": [11, 12, 13], "logprobs": [-0.25, -1.5, 0.0]}
+    r = s.step(json.dumps(reference_action(row)), **sent)
+    assert r.done and r.reward == 1.0
+    (stored,) = server.rows(rid)
+    t = stored["turns"][0]
+    assert (t["prompt_token_ids"], t["completion_token_ids"], t["completion_logprobs"]) == tuple(sent.values())

@@ -65,9 +65,6 @@ const maxConflicts = 8
 // TurnError, and any turn past the end is ErrDone. An answer to a reply
 // that is not the one its turn was played with is marked ReplyIgnored.
 func (s *Service) Step(ctx context.Context, id string, r StepRequest) (StepResult, error) {
-	if err := r.validate(); err != nil {
-		return StepResult{}, err
-	}
 	res, played, err := s.step(ctx, id, r)
 	if err == nil && played != nil && played.RawText != r.Content {
 		res.ReplyIgnored = true
@@ -81,6 +78,11 @@ func (s *Service) step(ctx context.Context, id string, r StepRequest) (StepResul
 	for range maxConflicts {
 		sess, rev, err := s.load(ctx, id)
 		if err != nil {
+			return StepResult{}, nil, err
+		}
+		// Checked once the session is known: an unknown one is a 404
+		// whatever the body holds.
+		if err := r.validate(); err != nil {
 			return StepResult{}, nil, err
 		}
 		k := len(sess.Steps)
