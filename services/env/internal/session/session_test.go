@@ -359,3 +359,26 @@ func TestPromptModeTools(t *testing.T) {
 		}
 	}
 }
+
+// TestEpisodeTokenBudget: the token ids an episode's turns hold together
+// are bounded (each step within its own caps could otherwise grow the
+// session's state by the body limit every turn); the step past the budget
+// is refused and not played, the same reply without token data is.
+func TestEpisodeTokenBudget(t *testing.T) {
+	t.Parallel()
+	w, _ := newWorld(t, newMemStore(), Limits{EpisodeTokenIDs: 10})
+	id := create(t, w.svc, Options{}).Session.ID
+	ctx := context.Background()
+	if _, err := w.svc.Step(ctx, id, StepRequest{Turn: 0, Content: "no json", PromptTokenIDs: make([]int32, 6), TokenIDs: []int32{1, 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.svc.Step(ctx, id, StepRequest{Turn: 1, Content: "no json", PromptTokenIDs: make([]int32, 2), TokenIDs: []int32{1}}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("step past the budget: %v", err)
+	}
+	if got, _ := w.svc.Get(ctx, id); len(got.State.Turns) != 1 {
+		t.Fatalf("a refused step was played: %d turns", len(got.State.Turns))
+	}
+	if r, err := w.svc.Step(ctx, id, StepRequest{Turn: 1, Content: "no json", TokenIDs: []int32{1, 2}}); err != nil || r.Info.Turn != 1 {
+		t.Fatalf("a step within the budget: %+v, %v", r, err)
+	}
+}

@@ -56,6 +56,15 @@ func (r StepRequest) validate() error {
 	return nil
 }
 
+// tokenIDs counts the token ids turns hold.
+func tokenIDs(turns []schemas.Turn) int {
+	n := 0
+	for _, t := range turns {
+		n += len(t.PromptTokenIDs) + len(t.CompletionTokenIDs)
+	}
+	return n
+}
+
 // maxConflicts bounds the compare-and-set retries of one change (another
 // request or handler saved the session in between).
 const maxConflicts = 8
@@ -109,6 +118,10 @@ func (s *Service) step(ctx context.Context, id string, r StepRequest) (StepResul
 			}
 			res, err := s.wait(ctx, id, r.Turn)
 			return res, played, err
+		}
+		if n := tokenIDs(sess.State.Turns) + len(r.PromptTokenIDs) + len(r.TokenIDs); n > s.limits.EpisodeTokenIDs {
+			return StepResult{}, nil, fmt.Errorf("%w: the episode's turns would hold %d token ids, at most %d (send this step without them)",
+				ErrInvalid, n, s.limits.EpisodeTokenIDs)
 		}
 		reply := episode.Completion{Text: r.Content, Reasoning: r.Reasoning, FinishReason: r.FinishReason,
 			PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens,
