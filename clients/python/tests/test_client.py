@@ -232,6 +232,8 @@ def test_prompt_opens_no_session(server, client, reference):
     tools = prompt_dataset(client, ids, dataset=DATASET, split=SPLIT, run_id=rid)
     assert [r["prompt"] for r in tools] == [client.prompt(i, dataset=DATASET, split=SPLIT, prompt_mode="tools")["messages"] for i in ids]
     assert all("JSON" not in r["prompt"][0]["content"] for r in tools)
+    with pytest.raises(medgym.BadRequestError):
+        client.prompt(ids[0], dataset=DATASET, split=SPLIT, prompt_mode="xml")
     assert client.health()["live_sessions"] == live
     assert server.rows(rid) == [] and server.rows("prompts") == []
     doc = client.openapi()
