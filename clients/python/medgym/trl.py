@@ -92,10 +92,10 @@ class MedGymToolEnv:
         unknown = [a for a in actions if a not in ACTIONS]
         if unknown or not actions:
             raise ValueError(f"MedGymToolEnv: actions {list(actions)}: want a non-empty subset of {list(ACTIONS)}")
-        members = {name: getattr(cls, name) for name in ACTIONS if name not in actions}
-        # A subclass cannot hide its base's methods from inspect.getmembers: copy the class without the others.
-        body = {k: v for k, v in cls.__dict__.items() if k not in members and k not in ("__dict__", "__weakref__")}
-        return type(cls.__name__, cls.__bases__, body)
+        # TRL lists the class's functions (inspect.getmembers(..., isfunction)): an action set to None is no tool. The
+        # subclass keeps the name TRL logs the reward under.
+        hidden: dict[str, Any] = {name: None for name in ACTIONS if name not in actions}
+        return type(cls.__name__, (cls,), hidden)
 
     # TRL's hooks ----------------------------------------------------------------------------------------------
 

@@ -303,3 +303,26 @@ def test_token_data_is_stored_and_junk_refused(server, client, reference):
     (stored,) = server.rows(rid)
     t = stored["turns"][0]
     assert (t["prompt_token_ids"], t["completion_token_ids"], t["completion_logprobs"]) == tuple(sent.values())
+
+
+def test_trl_env_registers_the_sessions_tools(server, client, reference):
+    """MedGymToolEnv's tools are the server's for the dataset (TREQS: no terminal); an environment registering others
+    is refused at reset, its session ended, not left open; the right one plays in tools mode."""
+    from medgym.trl import MedGymToolEnv, tool_names
+
+    names = tool_names(client, DATASET, split=SPLIT)
+    assert "terminal" not in names and "validate_code" in names
+    row = reference[0]
+    rid = run_id("trl-tools")
+    with pytest.raises(ValueError, match="offers the tools"):
+        MedGymToolEnv(client, {"run_id": rid}).reset(task_id=row["task_id"], dataset=DATASET, split=SPLIT)
+    env = MedGymToolEnv.with_actions(names)(client, {"run_id": rid})
+    assert env.reset(task_id=row["task_id"], dataset=DATASET, split=SPLIT) is None
+    assert "Each reply calls exactly one of the tools" in env._session.messages[0]["content"]
+    assert not hasattr(env, "terminal") or env.terminal is None
+    act = reference_action(row)
+    assert act["action"] == "validate_code"
+    env.validate_code(**act["params"])
+    assert env.get_reward() == 1.0
+    rows = server.rows(rid)
+    assert sorted(r["outcome"] for r in rows) == ["correct", "turn_limit"]
