@@ -8,7 +8,8 @@
         model=model, processing_class=tokenizer, args=GRPOConfig(...),
         train_dataset=prompt_dataset(client, [t["id"] for t in client.tasks(dataset="treqs", split="train", limit=64)],
                                      dataset="treqs", split="train"),
-        environment_factory=MedGymToolEnv.factory(URL),
+        # the tools the server offers for TREQS (no terminal), the tool-calling prompt
+        environment_factory=MedGymToolEnv.factory(URL, dataset="treqs", split="train"),
     )
 
 How TRL drives it (trl/trainer/grpo_trainer.py, 1.16.0): the trainer makes one environment per rollout from the
@@ -54,7 +55,7 @@ ACTIONS = ("validate_code", "debug", "terminal", "request_info", "answer")
 
 
 class MedGymToolEnv:
-    """One medgym episode per rollout, for ``GRPOTrainer(environment_factory=MedGymToolEnv.factory(url))``.
+    """One medgym episode per rollout, for ``GRPOTrainer(environment_factory=MedGymToolEnv.factory(url, dataset=...))``.
 
     The dataset rows must carry ``task_id`` (and ``prompt``: the task's messages, see :func:`prompt_dataset`); a row
     may carry ``options`` (a dict of session options) too.
