@@ -16,9 +16,9 @@ generation (the transcript's ids it generated from, the completion's ids as gene
 sampling asks for them), and ``step`` sends them with the reply, so the stored turn holds exactly the ids OpenRLHF
 trains on. The feedback's leading close of the assistant turn (``<|im_end|>`` in ChatML) is dropped when the
 generation already ended with that token (vLLM keeps the EOS in the completion's ids, not in its text): the
-transcript's ids are then the chat template's, with one close per turn. OpenRLHF's loop stops without telling the instance when its token budget
-(``max_length``) runs out; :class:`AgentExecutor` then ends the session (``DELETE``), so the episode is scored
-(``turn_limit``, reward 0) and stored like any, never left to the server's reaper (which stores what it reaps as
+transcript's ids are then the chat template's, with one close per turn. OpenRLHF's loop stops without telling the
+instance when its token budget (``max_length``) runs out; :class:`AgentExecutor` then ends the session
+(``DELETE``), so the episode is scored (``turn_limit``, reward 0) and stored like any, never left to the server's reaper (which stores what it reaps as
 ``abandoned``, excluded from exports: a group would lose exactly its failures).
 """
 
