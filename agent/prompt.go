@@ -26,6 +26,11 @@ type PromptOptions struct {
 	// "exactly three different actions" whatever the number listed. It
 	// excludes AllowAnswer.
 	Upstream bool
+	// ToolCalls describes the actions as the tools the client offers the
+	// model (Tools) and asks for one tool call per reply, instead of the
+	// JSON reply format (EpisodeOptions.PromptMode tools). It excludes
+	// Upstream.
+	ToolCalls bool
 }
 
 // EpisodePromptOptions are the PromptOptions an episode with opts gets: the
@@ -33,7 +38,8 @@ type PromptOptions struct {
 // episode engine and the dataset exports (`medgym export`), so an exported
 // prompt is the prompt a session for the same task and options starts with.
 func EpisodePromptOptions(opts schemas.EpisodeOptions, systemAsUser bool) PromptOptions {
-	return PromptOptions{SystemAsUser: systemAsUser, AllowAnswer: opts.EndOn != schemas.EndOnAccepted, Upstream: opts.Upstream()}
+	return PromptOptions{SystemAsUser: systemAsUser, AllowAnswer: opts.EndOn != schemas.EndOnAccepted, Upstream: opts.Upstream(),
+		ToolCalls: opts.PromptMode == schemas.PromptModeTools && !opts.Upstream()}
 }
 
 // actionSpec is the prompt text of one action.
@@ -131,9 +137,14 @@ func SystemPrompt(task schemas.TaskView, opt PromptOptions) string {
 		b.WriteString(s)
 		b.WriteString("\n\n")
 	}
+	toolCalls := opt.ToolCalls && !opt.Upstream
 	switch {
 	case opt.Upstream:
 		b.WriteString("You are allowed to take exactly three different actions:\n")
+	case toolCalls && len(actions) == 1:
+		b.WriteString("You are allowed to take the following action, a tool you call:\n")
+	case toolCalls:
+		fmt.Fprintf(&b, "You are allowed to take the following %s actions, each a tool you call:\n", number(len(actions)))
 	case len(actions) == 1:
 		b.WriteString("You are allowed to take the following action:\n")
 	default:
@@ -157,6 +168,13 @@ func SystemPrompt(task schemas.TaskView, opt PromptOptions) string {
 		b.WriteString("- When you are confident, submit the final answer with the answer action.\n")
 	}
 
+	if toolCalls {
+		b.WriteString("\nResponse format requirements:\n")
+		fmt.Fprintf(&b, "- Each reply calls exactly one of the tools %s, with the parameters listed above.\n", strings.Join(actions, ", "))
+		b.WriteString("- Only these tools exist: a call of any other is refused.\n")
+		b.WriteString("- The tool's result comes back as the next message.")
+		return b.String()
+	}
 	b.WriteString("\nResponse format requirements, strictly one of the following:\n")
 	for i, a := range actions {
 		if i > 0 {

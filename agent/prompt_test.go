@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -150,5 +151,52 @@ func TestParseErrorMessage(t *testing.T) {
 	}
 	if got := ParseErrorMessage(nil); !strings.HasPrefix(got, "Error: ") {
 		t.Fatalf("nil error: %q", got)
+	}
+}
+
+// TestToolCallsPrompt: in tools mode the system prompt describes the
+// offered tools (the task's permitted actions, those of Tools) and asks for
+// one call per reply, with no JSON reply format; the rest is the JSON
+// mode's, which is unchanged, and upstream's layout ignores the mode.
+func TestToolCallsPrompt(t *testing.T) {
+	t.Parallel()
+	task := mimicTask() // no terminal: the task does not permit it
+	for _, answer := range []bool{false, true} {
+		opt := PromptOptions{ToolCalls: true, AllowAnswer: answer}
+		sys := SystemPrompt(task, opt)
+		var names []string
+		for _, tool := range Tools(task, opt) {
+			names = append(names, tool.Function.Name)
+		}
+		if !slices.Equal(names, Actions(task, opt)) || slices.Contains(names, schemas.ActionTerminal) {
+			t.Fatalf("tools %v, actions %v", names, Actions(task, opt))
+		}
+		for _, want := range []string{
+			fmt.Sprintf("You are allowed to take the following %s actions, each a tool you call:\n1. request_info:", number(len(names))),
+			"Code requirements:\n", "print(answer)",
+			"Each reply calls exactly one of the tools " + strings.Join(names, ", ") + ", with the parameters listed above.",
+			"a call of any other is refused",
+		} {
+			if !strings.Contains(sys, want) {
+				t.Errorf("answer %v: tools prompt lacks %q:\n%s", answer, want, sys)
+			}
+		}
+		for _, not := range []string{`{"action"`, "JSON", "terminal"} {
+			if strings.Contains(sys, not) {
+				t.Errorf("answer %v: tools prompt has %q:\n%s", answer, not, sys)
+			}
+		}
+		json := SystemPrompt(task, PromptOptions{AllowAnswer: answer})
+		if !strings.HasPrefix(json, sys[:strings.Index(sys, "You are allowed")]) || !strings.Contains(json, "Must be valid JSON format.") {
+			t.Errorf("answer %v: JSON mode changed:\n%s", answer, json)
+		}
+	}
+	if up := SystemPrompt(task, PromptOptions{ToolCalls: true, Upstream: true}); up != SystemPrompt(task, PromptOptions{Upstream: true}) {
+		t.Errorf("upstream layout changed by tools mode:\n%s", up)
+	}
+	opts := schemas.DefaultOptions()
+	opts.PromptMode = schemas.PromptModeTools
+	if !EpisodePromptOptions(opts, false).ToolCalls || EpisodePromptOptions(schemas.DefaultOptions(), false).ToolCalls {
+		t.Error("EpisodePromptOptions does not follow prompt_mode")
 	}
 }

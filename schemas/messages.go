@@ -278,7 +278,19 @@ type EpisodeOptions struct {
 	// the turn limit is a failure whatever the last output. Absent in run
 	// specs written before it; those keep medgym's rules.
 	Compat string `json:"compat,omitempty"`
+	// PromptMode is how the prompt asks for an action: "" (PromptModeJSON,
+	// the default and upstream's: a JSON object as the reply's text) or
+	// PromptModeTools (a call of one of the offered tools, for clients that
+	// pass the actions to the model as OpenAI tools). The actions, their
+	// checks and the refusal of one the task does not permit are the same.
+	PromptMode string `json:"prompt_mode,omitempty"`
 }
+
+// The prompt modes of EpisodeOptions.PromptMode.
+const (
+	PromptModeJSON  = "json"
+	PromptModeTools = "tools"
+)
 
 // CompatUpstream is EpisodeOptions.Compat for MedAgentGym's rules (upstream
 // commit e1e639e, shared/notes/upstream.md).
@@ -343,9 +355,17 @@ func (o EpisodeOptions) Validate() error {
 	default:
 		return fmt.Errorf("options: verifier_mode %q (want strict or upstream)", o.VerifierMode)
 	}
+	switch o.PromptMode {
+	case "", PromptModeJSON, PromptModeTools:
+	default:
+		return fmt.Errorf("options: prompt_mode %q (want %s or %s)", o.PromptMode, PromptModeJSON, PromptModeTools)
+	}
 	switch o.Compat {
 	case "":
 	case CompatUpstream:
+		if o.PromptMode == PromptModeTools {
+			return fmt.Errorf("options: compat upstream requires prompt_mode %s (upstream's prompt), got %s", PromptModeJSON, o.PromptMode)
+		}
 		u := UpstreamOptions()
 		for _, c := range []struct {
 			field     string

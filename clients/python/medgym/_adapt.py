@@ -18,6 +18,7 @@ OPTION_KEYS = (
     "action_timeout_sec",
     "episode_timeout_sec",
     "compat",
+    "prompt_mode",
     "seed",
     "temperature",
     "model",

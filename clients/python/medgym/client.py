@@ -77,6 +77,15 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 
 
+def _ints(ids: Any) -> list[int] | None:
+    """Token ids as JSON integers (a framework may hold them as a tensor, a tuple or numpy integers)."""
+    if ids is None:
+        return None
+    if hasattr(ids, "tolist"):
+        ids = ids.tolist()
+    return [int(i) for i in ids]
+
+
 def _retry_after(resp: httpx.Response) -> float | None:
     value = resp.headers.get("Retry-After")
     if not value:
@@ -148,6 +157,7 @@ class _Protocol:
         token_ids: list[int] | None,
         logprobs: list[float] | None,
         usage: dict[str, Any] | None,
+        prompt_token_ids: list[int] | None = None,
     ) -> _Request:
         if (content is None) == (tool_calls is None):
             raise ValueError("medgym: a step takes exactly one of content or tool_calls")
@@ -156,18 +166,21 @@ class _Protocol:
                 "turn": int(turn),
                 "content": content,
                 "tool_calls": tool_calls,
-                "token_ids": token_ids,
-                "logprobs": logprobs,
+                "token_ids": _ints(token_ids),
+                "prompt_token_ids": _ints(prompt_token_ids),
+                "logprobs": None if logprobs is None else [float(x) for x in logprobs],
                 "usage": usage,
             }
         )
         return _Request("POST", f"/v1/sessions/{_seg(session_id)}/step", _IDEMPOTENT, body=body)
 
     @staticmethod
-    def _prompt(task_id: str, dataset: str | None, split: str | None, end_on: str | None) -> _Request:
+    def _prompt(
+        task_id: str, dataset: str | None, split: str | None, end_on: str | None, prompt_mode: str | None = None
+    ) -> _Request:
         if not task_id:
             raise ValueError("medgym: task_id is required")
-        params = _drop_none({"dataset": dataset, "split": split, "end_on": end_on})
+        params = _drop_none({"dataset": dataset, "split": split, "end_on": end_on, "prompt_mode": prompt_mode})
         return _Request("GET", f"/v1/tasks/{_seg(task_id)}/prompt", _IDEMPOTENT, params=params)
 
     @staticmethod
@@ -302,7 +315,7 @@ class Client(_Protocol):
     ) -> dict[str, Any]:
         """Start an episode of task_id: ``{session_id, run_id, episode_id, task, messages, tools, turn, max_turns}``.
         dataset and split are needed only when the id is ambiguous. options (None values are left out): max_turns,
-        end_on, verifier_mode, show_verdict, loop_guard, action_timeout_sec, episode_timeout_sec, compat, seed,
+        end_on, verifier_mode, show_verdict, loop_guard, action_timeout_sec, episode_timeout_sec, compat, prompt_mode, seed,
         temperature, model, run_id, tags, reward."""
         return self._call(self._create(task_id, dataset, split, options))
 
@@ -313,10 +326,12 @@ class Client(_Protocol):
         dataset: str | None = None,
         split: str | None = None,
         end_on: str | None = None,
+        prompt_mode: str | None = None,
     ) -> dict[str, Any]:
         """``{task, messages, tools}``: what a session of task_id opens with under end_on (whether the answer
-        action is offered), built by the llm-worker's prompt builder; opens no session and stores nothing."""
-        return self._call(self._prompt(task_id, dataset, split, end_on))
+        action is offered) and prompt_mode (json or tools), built by the llm-worker's prompt builder; opens no session
+        and stores nothing."""
+        return self._call(self._prompt(task_id, dataset, split, end_on, prompt_mode))
 
     def session_status(self, session_id: str) -> dict[str, Any]:
         """The session as the server keeps it (turn, done, outcome, reward, messages, row, ...)."""
@@ -336,9 +351,12 @@ class Client(_Protocol):
         token_ids: list[int] | None = None,
         logprobs: list[float] | None = None,
         usage: dict[str, Any] | None = None,
+        prompt_token_ids: list[int] | None = None,
     ) -> StepResult:
-        """Send the model's reply (raw ``content``, parsed by medgym's parser, or OpenAI ``tool_calls``)."""
-        req = self._step(session_id, turn, content, tool_calls, token_ids, logprobs, usage)
+        """Send the model's reply (raw ``content``, parsed by medgym's parser, or OpenAI ``tool_calls``). ``token_ids``
+        (the completion's, as generated), ``logprobs`` (one per completion id) and ``prompt_token_ids`` (what the
+        engine generated from) are stored in the turn, as the llm-worker stores a vLLM's."""
+        req = self._step(session_id, turn, content, tool_calls, token_ids, logprobs, usage, prompt_token_ids)
         return StepResult.from_json(self._call(req))
 
     def close_session(self, session_id: str) -> dict[str, Any]:
@@ -423,9 +441,10 @@ class AsyncClient(_Protocol):
         dataset: str | None = None,
         split: str | None = None,
         end_on: str | None = None,
+        prompt_mode: str | None = None,
     ) -> dict[str, Any]:
         """See :meth:`Client.prompt`."""
-        return await self._call(self._prompt(task_id, dataset, split, end_on))
+        return await self._call(self._prompt(task_id, dataset, split, end_on, prompt_mode))
 
     async def session_status(self, session_id: str) -> dict[str, Any]:
         """See :meth:`Client.session_status`."""
@@ -445,9 +464,10 @@ class AsyncClient(_Protocol):
         token_ids: list[int] | None = None,
         logprobs: list[float] | None = None,
         usage: dict[str, Any] | None = None,
+        prompt_token_ids: list[int] | None = None,
     ) -> StepResult:
         """See :meth:`Client.step`."""
-        req = self._step(session_id, turn, content, tool_calls, token_ids, logprobs, usage)
+        req = self._step(session_id, turn, content, tool_calls, token_ids, logprobs, usage, prompt_token_ids)
         return StepResult.from_json(await self._call(req))
 
     async def close_session(self, session_id: str) -> dict[str, Any]:

@@ -11,9 +11,14 @@ $MEDGYM_OPTIONS as a JSON object): OpenRLHF constructs the instance without argu
 ``step`` sends the model's raw text (the server parses it with medgym's parser) and returns the observation wrapped
 in the chat template's user turn ($MEDGYM_FEEDBACK_TEMPLATE, default ChatML, ``{observation}`` replaced), the reward
 (0 until done, then the verifier's) as ``rewards`` and ``scores`` tensors, ``done``, and the step's info as
-``extra_logs`` (numbers only). OpenRLHF's loop stops without telling the instance when its token budget
-(``max_length``) runs out; :class:`AgentExecutor` then ends the session (``DELETE``), so the episode is scored
-(``turn_limit``, reward 0) and stored like any, never left to the server's reaper (which stores what it reaps as
+``extra_logs`` (numbers only). Token data: :class:`AgentExecutor` hands OpenRLHF's loop an engine that records each
+generation (the transcript's ids it generated from, the completion's ids as generated, their logprobs when the
+sampling asks for them), and ``step`` sends them with the reply, so the stored turn holds exactly the ids OpenRLHF
+trains on. The feedback's leading close of the assistant turn (``<|im_end|>`` in ChatML) is dropped when the
+generation already ended with that token (vLLM keeps the EOS in the completion's ids, not in its text): the
+transcript's ids are then the chat template's, with one close per turn. OpenRLHF's loop stops without telling the
+instance when its token budget (``max_length``) runs out; :class:`AgentExecutor` then ends the session
+(``DELETE``), so the episode is scored (``turn_limit``, reward 0) and stored like any, never left to the server's reaper (which stores what it reaps as
 ``abandoned``, excluded from exports: a group would lose exactly its failures).
 """
 
@@ -46,6 +51,7 @@ class AgentInstance(AgentInstanceBase):
         self.options = _adapt.options()
         self.template = os.environ.get(FEEDBACK_ENV) or CHATML_FEEDBACK
         self.session: AsyncSession | None = None
+        self.generated: _Generation | None = None  # the last generation, set by the executor's engine
         made = _made.get()
         if made is not None:
             made.append(self)
@@ -65,9 +71,15 @@ class AgentInstance(AgentInstanceBase):
     async def step(self, states: dict, **kwargs: Any) -> dict:
         if self.session is None:
             raise RuntimeError("medgym: step before reset")
-        res = await self.session.step(states["action_text"])
+        gen, self.generated = self.generated, None
+        tokens: dict[str, Any] = {}
+        if gen is not None:
+            tokens = {"prompt_token_ids": gen.prompt_ids, "token_ids": gen.token_ids, "logprobs": gen.logprobs}
+        res = await self.session.step(states["action_text"], **tokens)
         done = res.done or res.truncated
         feedback = "" if done else self.template.replace("{observation}", res.observation)
+        if gen is not None and gen.closed and feedback.startswith(gen.closed):
+            feedback = feedback[len(gen.closed) :]
         logs = {k: float(v) for k, v in res.info.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         logs["accepted"] = float(bool(res.info.get("accepted")))
         return {
@@ -78,6 +90,41 @@ class AgentInstance(AgentInstanceBase):
             "sampling_params": states.get("sampling_params"),
             "extra_logs": logs,
         }
+
+
+class _Generation:
+    """One generation as OpenRLHF's loop made it: the ids it generated from, the completion's ids and logprobs, and
+    the completion's closing special token as text ("" when it ended otherwise, e.g. at its length limit)."""
+
+    def __init__(self, prompt_ids: list[int], token_ids: list[int], logprobs: list[float] | None, closed: str) -> None:
+        self.prompt_ids, self.token_ids, self.logprobs, self.closed = prompt_ids, token_ids, logprobs, closed
+
+
+class _RecordingEngine:
+    """OpenRLHF's ``llm_engine`` (vLLM), recording each generation for the instances of one ``execute`` call."""
+
+    def __init__(self, engine: Any, tokenizer: Any, made: list["AgentInstance"]) -> None:
+        self._engine, self._tokenizer, self._made = engine, tokenizer, made
+        self._special = set(getattr(tokenizer, "all_special_ids", None) or [])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    async def generate(self, prompt_token_ids: Any, sampling_params: Any, *args: Any, **kwargs: Any) -> Any:
+        out = await self._engine.generate(prompt_token_ids, sampling_params, *args, **kwargs)
+        gen = out.outputs[0]
+        ids = [int(i) for i in gen.token_ids]
+        logprobs = None
+        if getattr(gen, "logprobs", None):
+            # vLLM's: per completion token, a dict of candidates (the sampled one among them).
+            logprobs = [float(lp[i].logprob) for lp, i in zip(gen.logprobs, ids)]
+        closed = ""
+        if ids and ids[-1] in self._special:
+            closed = self._tokenizer.decode(ids[-1:], skip_special_tokens=False)
+        g = _Generation([int(i) for i in prompt_token_ids], ids, logprobs, closed)
+        for inst in self._made:
+            inst.generated = g
+        return out
 
 
 class AgentExecutor(MultiTurnAgentExecutor):
@@ -91,9 +138,21 @@ class AgentExecutor(MultiTurnAgentExecutor):
         reached done (a loop cut by its token budget never calls the instance again)."""
         made: list[AgentInstance] = []
         token = _made.set(made)
+        args, kwargs = _recording(args, kwargs, made)
         try:
             return await super().execute(*args, **kwargs)
         finally:
             _made.reset(token)
             for inst in made:
                 await inst.finish()
+
+
+def _recording(args: tuple, kwargs: dict, made: list[AgentInstance]) -> tuple[tuple, dict]:
+    """``execute``'s arguments (prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images) with
+    the engine wrapped in a :class:`_RecordingEngine`."""
+    names = ("prompt", "label", "sampling_params", "max_length", "hf_tokenizer", "llm_engine", "images")
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    if bound.get("llm_engine") is not None:
+        bound["llm_engine"] = _RecordingEngine(bound["llm_engine"], bound.get("hf_tokenizer"), made)
+    return (), bound

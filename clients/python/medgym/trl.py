@@ -8,7 +8,8 @@
         model=model, processing_class=tokenizer, args=GRPOConfig(...),
         train_dataset=prompt_dataset(client, [t["id"] for t in client.tasks(dataset="treqs", split="train", limit=64)],
                                      dataset="treqs", split="train"),
-        environment_factory=MedGymToolEnv.factory(URL),
+        # the tools the server offers for TREQS (no terminal), the tool-calling prompt
+        environment_factory=MedGymToolEnv.factory(URL, dataset="treqs", split="train"),
     )
 
 How TRL drives it (trl/trainer/grpo_trainer.py, 1.16.0): the trainer makes one environment per rollout from the
@@ -27,6 +28,17 @@ and its schema would tell the model nothing about the actions; per-action tools 
 server's ``tools`` (a test compares them), and a reply's text is never re-parsed on the client. The server stays the
 only parser and the only judge: a malformed call comes back as medgym's observation, not a client error.
 
+The prompt: the sessions run under ``prompt_mode: tools`` (the default of this environment and of
+:func:`prompt_dataset`): the system prompt describes the tools and asks for one call per reply instead of medgym's
+JSON reply format, and the tools TRL registers are only the task's permitted actions (TREQS tasks permit no
+``terminal``): :meth:`MedGymToolEnv.factory` with ``dataset`` (or ``actions``) makes the environment class with
+exactly the tools the server offers, and ``reset`` refuses a session whose tools are not the registered ones. A call
+of an action the task does not permit is refused by the server as in JSON mode.
+
+Token data: TRL's ``environment_factory`` calls the tools with their arguments only; the token ids and logprobs TRL
+holds (``_tool_call_loop``'s completion ids) never reach the environment, so these sessions store no token ids (use
+a client that generates itself, or OpenRLHF's or verl's adapter, for token-exact rows).
+
 Every rollout is one server session: ``reset`` opens it (ending the previous one of this instance, if the trainer
 left it open), ``get_reward`` ends it if the model stopped before the episode was done (the session is then scored
 and stored), so each rollout is one stored row and the reward TRL logs is the verifier's.
@@ -43,7 +55,7 @@ ACTIONS = ("validate_code", "debug", "terminal", "request_info", "answer")
 
 
 class MedGymToolEnv:
-    """One medgym episode per rollout, for ``GRPOTrainer(environment_factory=MedGymToolEnv.factory(url))``.
+    """One medgym episode per rollout, for ``GRPOTrainer(environment_factory=MedGymToolEnv.factory(url, dataset=...))``.
 
     The dataset rows must carry ``task_id`` (and ``prompt``: the task's messages, see :func:`prompt_dataset`); a row
     may carry ``options`` (a dict of session options) too.
@@ -51,17 +63,40 @@ class MedGymToolEnv:
 
     def __init__(self, client: Client, options: dict[str, Any] | None = None) -> None:
         self._client = client
-        self._options = dict(options or {})
+        self._options = {"prompt_mode": "tools", **(options or {})}
         self._session: Session | None = None
         self._ended: dict[str, Any] | None = None
 
     @classmethod
     def factory(
-        cls, base_url: str, *, token: str | None = None, options: dict[str, Any] | None = None
+        cls,
+        base_url: str,
+        *,
+        token: str | None = None,
+        options: dict[str, Any] | None = None,
+        actions: list[str] | tuple[str, ...] | None = None,
+        dataset: str | None = None,
+        split: str | None = None,
     ) -> Callable[[], "MedGymToolEnv"]:
-        """A zero-argument factory (what ``environment_factory`` takes); the environments share one Client."""
+        """A zero-argument factory (what ``environment_factory`` takes); the environments share one Client. Their
+        tools are ``actions``, else the tools the server offers for ``dataset``'s tasks (:func:`tool_names`), else
+        all five."""
         client = Client(base_url, token=token)
-        return lambda: cls(client, options)
+        if actions is None and dataset is not None:
+            actions = tool_names(client, dataset, split=split, options=options)
+        env = cls.with_actions(actions) if actions is not None else cls
+        return lambda: env(client, options)
+
+    @classmethod
+    def with_actions(cls, actions: list[str] | tuple[str, ...]) -> type["MedGymToolEnv"]:
+        """This environment with only ``actions`` as tools (TRL registers every public method of the class)."""
+        unknown = [a for a in actions if a not in ACTIONS]
+        if unknown or not actions:
+            raise ValueError(f"MedGymToolEnv: actions {list(actions)}: want a non-empty subset of {list(ACTIONS)}")
+        # TRL lists the class's functions (inspect.getmembers(..., isfunction)): an action set to None is no tool. The
+        # subclass keeps the name TRL logs the reward under.
+        hidden: dict[str, Any] = {name: None for name in ACTIONS if name not in actions}
+        return type(cls.__name__, (cls,), hidden)
 
     # TRL's hooks ----------------------------------------------------------------------------------------------
 
@@ -76,6 +111,14 @@ class MedGymToolEnv:
         opts.update(row.get("options") or {})
         self._session = self._client.session(task_id, dataset=row.get("dataset"), split=row.get("split"), **opts)
         self._ended = None
+        offered = sorted(t["function"]["name"] for t in self._session.tools)
+        registered = sorted(a for a in ACTIONS if callable(getattr(type(self), a, None)))
+        if offered != registered:
+            self._finish()
+            raise ValueError(
+                f"MedGymToolEnv: the session of {task_id} offers the tools {offered}, the environment registers "
+                f"{registered}: make it with MedGymToolEnv.factory(url, dataset=...) or MedGymToolEnv.with_actions(...)"
+            )
         prompt = row.get("prompt")
         if isinstance(prompt, list) and _plain(prompt) != _plain(self._session.messages):
             raise ValueError(
@@ -192,14 +235,16 @@ def prompt_dataset(
     server builds them under ``options``), ``task_id``, ``dataset`` and ``split``.
 
     Each prompt comes from ``GET /v1/tasks/{id}/prompt`` (the same prompt builder as a session; no session is opened
-    and nothing is stored). Of ``options`` only ``end_on`` is used (whether the answer action is offered); ``run_id`` is unused.
+    and nothing is stored). Of ``options`` only ``end_on`` (whether the answer action is offered) and ``prompt_mode``
+    (default tools, as :class:`MedGymToolEnv`'s sessions) are used; ``run_id`` is unused.
     """
     import datasets
 
     opts = options or {}
     rows = []
     for tid in task_ids:
-        p = client.prompt(tid, dataset=dataset, split=split, end_on=opts.get("end_on"))
+        p = client.prompt(tid, dataset=dataset, split=split, end_on=opts.get("end_on"),
+                          prompt_mode=opts.get("prompt_mode", "tools"))
         rows.append(
             {
                 "prompt": [{"role": m["role"], "content": m["content"]} for m in p["messages"]],
@@ -213,4 +258,19 @@ def prompt_dataset(
     return datasets.Dataset.from_list(rows)
 
 
-__all__ = ["ACTIONS", "MedGymToolEnv", "prompt_dataset"]
+def tool_names(
+    client: Client, dataset: str, *, split: str | None = None, options: dict[str, Any] | None = None
+) -> list[str]:
+    """The tools the server offers for the tasks of ``dataset`` (and ``split``) under ``options``: their permitted
+    actions, in the server's order (one dataset's tasks permit the same ones)."""
+    opts = {"prompt_mode": "tools", **(options or {})}
+    tasks = client.tasks(dataset=dataset, split=split, limit=1)
+    if not tasks:
+        raise ValueError(f"medgym: no task of dataset {dataset!r} (split {split!r})")
+    t = tasks[0]
+    p = client.prompt(t["id"], dataset=dataset, split=t.get("split", split), end_on=opts.get("end_on"),
+                      prompt_mode=opts["prompt_mode"])
+    return [tool["function"]["name"] for tool in p["tools"]]
+
+
+__all__ = ["ACTIONS", "MedGymToolEnv", "prompt_dataset", "tool_names"]

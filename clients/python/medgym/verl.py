@@ -22,6 +22,11 @@ verifier's) and whether the episode is over; ``calculate_score`` is the reward s
 session the loop left before done. The row's prompt must be the session's prompt: export with the options the sessions
 use.
 
+Token data: verl's loop hands an interaction the messages only. :class:`medgym.verl_agent.MedGymAgentLoop` (a
+``ToolAgentLoop`` registered as ``medgym_agent``) hands it each turn's token data first (:meth:`MedGymInteraction.
+hand_over`: the ids the turn was generated from, the completion's ids as generated, their logprobs when verl has them),
+and the step sends them, so the stored turns are token-exact.
+
 The reward: verl scores a rollout with its reward function, not with the interaction's turn rewards. medgym's is
 :func:`compute_score`; name it in the trainer's config::
 
@@ -61,6 +66,13 @@ class MedGymInteraction(BaseInteraction):
         self.options = _adapt.options(config.get("options"))
         self.client = AsyncClient(_adapt.base_url(config), token=_adapt.token(config))
         self.sessions: dict[str, AsyncSession] = {}
+        self.tokens: dict[str, dict[str, Any]] = {}  # the next step's token data, per interaction
+
+    def hand_over(
+        self, instance_id: str, prompt_ids: list[int], token_ids: list[int], logprobs: list[float] | None
+    ) -> None:
+        """The token data of the reply the next :meth:`generate_response` sends (MedGymAgentLoop calls this)."""
+        self.tokens[instance_id] = {"prompt_token_ids": prompt_ids, "token_ids": token_ids, "logprobs": logprobs}
 
     async def start_interaction(self, instance_id: Optional[str] = None, **kwargs: Any) -> str:
         instance_id = instance_id or uuid4().hex
@@ -76,7 +88,7 @@ class MedGymInteraction(BaseInteraction):
         reply = next((m for m in reversed(messages) if m.get("role") == "assistant"), None)
         if reply is None:
             raise ValueError("medgym: generate_response without an assistant message")
-        res = await sess.step(str(reply.get("content") or ""))
+        res = await sess.step(str(reply.get("content") or ""), **self.tokens.pop(instance_id, {}))
         done = res.done or res.truncated
         return done, res.observation, TurnScore(res.reward, sess.id), dict(res.info)
 
@@ -85,6 +97,7 @@ class MedGymInteraction(BaseInteraction):
 
     async def finalize_interaction(self, instance_id: str, **kwargs: Any) -> None:
         sess = self.sessions.pop(instance_id, None)
+        self.tokens.pop(instance_id, None)
         if sess is not None and not sess.done:
             await sess.close()
 

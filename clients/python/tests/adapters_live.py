@@ -41,6 +41,34 @@ def framework(name: str, module: str):
         pytest.skip(f"{name} is not installed in this venv ({e}); make test-adapters runs it in its own venv", allow_module_level=True)
 
 
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def chatml_tokenizer():
+    """A byte-level tokenizer built here (nothing downloaded; every text round-trips through its ids) with ChatML's
+    markers as single special tokens, the close being the EOS (as Qwen's): a generation ends with it."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    tok = Tokenizer(models.BPE({c: i for i, c in enumerate(sorted(alphabet))}, []))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    t = PreTrainedTokenizerFast(tokenizer_object=tok)
+    t.add_special_tokens({"eos_token": "<|im_end|>", "additional_special_tokens": ["<|im_start|>"]})
+    t.chat_template = CHATML
+    return t
+
+
+def hesitant_reply(model_url: str, transcript: str) -> str:
+    """The reference model's continuation of a rendered ChatML transcript, after one reply that is no action (so every
+    episode takes two turns, the environment's feedback between two generations)."""
+    if transcript.count("<|im_start|>assistant") == 1:
+        return "Let me think about it first."
+    return model_reply(model_url, [{"role": "user", "content": transcript}])
+
+
 def _wait(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

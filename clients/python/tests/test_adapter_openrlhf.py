@@ -8,43 +8,39 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import medgym
-from adapters_live import export, fake_model, medgym_server, model_reply, wait_rows, framework  # noqa: F401
+from adapters_live import chatml_tokenizer, export, fake_model, hesitant_reply, medgym_server, model_reply, wait_rows, framework  # noqa: F401
 
 framework("openrlhf", "openrlhf.utils.agent")
 from openrlhf.datasets import PromptDataset  # noqa: E402
 from openrlhf.utils.agent import AgentExecutorBase, MultiTurnAgentExecutor  # noqa: E402
 
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
-
-def _tokenizer():
-    # A byte-level tokenizer built here (nothing downloaded): every text round-trips through its ids.
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    tok = Tokenizer(models.BPE({c: i for i, c in enumerate(sorted(alphabet))}, []))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    t = PreTrainedTokenizerFast(tokenizer_object=tok)
-    t.chat_template = CHATML
-    return t
-
-
 class ModelEngine:
     """The generation side of OpenRLHF's rollout (vLLM there): decodes the token ids it is given, asks the reference
-    test model to continue that transcript, and answers as vLLM's RequestOutput does."""
+    test model to continue that transcript, and answers as vLLM's RequestOutput does: the completion's ids end with
+    the EOS it stopped at, its text does not (skip_special_tokens), logprobs (a dict per token) only when asked."""
 
     def __init__(self, tokenizer, model_url):
         self.tokenizer, self.model_url, self.calls = tokenizer, model_url, 0
 
+    def reply(self, transcript):
+        return model_reply(self.model_url, [{"role": "user", "content": transcript}])
+
+
+class Hesitant(ModelEngine):
+    """The reference model after one reply that is no action: every episode takes two turns, so the environment's
+    feedback sits between two generations."""
+
+    def reply(self, transcript):
+        return hesitant_reply(self.model_url, transcript)
+
     async def generate(self, token_ids, sampling_params, multi_modal_data=None):
         self.calls += 1
-        text = self.tokenizer.decode(token_ids)
-        reply = model_reply(self.model_url, [{"role": "user", "content": text}])
-        ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"]
-        out = SimpleNamespace(token_ids=ids, text=reply, finish_reason="stop", logprobs=None)
+        reply = self.reply(self.tokenizer.decode(token_ids))
+        ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        logprobs = None
+        if sampling_params.logprobs is not None:
+            logprobs = [{t: SimpleNamespace(logprob=-0.25 * (k % 4))} for k, t in enumerate(ids)]
+        out = SimpleNamespace(token_ids=ids, text=reply, finish_reason="stop", logprobs=logprobs)
         return SimpleNamespace(outputs=[out])
 
 
@@ -59,36 +55,55 @@ def _load_agent_file():
 
 
 def test_openrlhf_agent_plays_exported_rows(medgym_server, fake_model, tmp_path, monkeypatch):
+    import time
+
     url, store = medgym_server
+    rid = f"openrlhf-rows-{time.time_ns()}"
     monkeypatch.setenv("MEDGYM_URL", url)
-    monkeypatch.setenv("MEDGYM_OPTIONS", '{"max_turns": 5}')
+    monkeypatch.setenv("MEDGYM_OPTIONS", f'{{"max_turns": 5, "run_id": "{rid}"}}')
     import datasets
 
     rows = datasets.Dataset.from_parquet(str(export(tmp_path) / "prompts" / "medcalcbench_test.parquet"))
-    tok = _tokenizer()
+    tok = chatml_tokenizer()
     data_args = SimpleNamespace(input_key="prompt", label_key="task_id", apply_chat_template=True)
     prompts = PromptDataset(rows, tok, SimpleNamespace(args=SimpleNamespace(data=data_args), is_rank_0=lambda: True))
     assert len(prompts) == 2
     executor = _load_agent_file()
-    engine = ModelEngine(tok, fake_model)
+    engine = Hesitant(tok, fake_model)
+    transcripts = {}
     for i in range(len(prompts)):
         _, prompt, label, _ = prompts[i]
         assert label == rows[i]["task_id"] and prompt.startswith("<|im_start|>system\n")
-        params = SimpleNamespace(max_tokens=None, logprobs=None)
+        params = SimpleNamespace(max_tokens=None, logprobs=1 if i == 0 else None)  # with and without logprobs
         res = asyncio.run(executor.execute(prompt, label, params, 1 << 20, tok, engine))
         assert res["reward"] == 1.0 and float(res["scores"]) == 1.0, res
         assert res["extra_logs"]["accepted"] == 1.0
-        assert len(res["action_ranges"]) >= 1 and tok.decode(res["observation_tokens"]).startswith(prompt)
-    rows_by_task = {}
-    # Every episode was stored: the server named its run in the sessions; find them by task in the store.
-    import glob
-    import pyarrow.parquet as pq
-
-    for f in glob.glob(f"{store}/trajectories/**/*.parquet", recursive=True):
-        for r in pq.read_table(f, columns=["task_id", "reward", "outcome"]).to_pylist():
-            rows_by_task.setdefault(r["task_id"], []).append(r)
-    for r in rows:
-        assert any(x["outcome"] == "correct" and x["reward"] == 1.0 for x in rows_by_task.get(r["task_id"], [])), r["task_id"]
+        transcript = tok.decode(res["observation_tokens"])
+        assert len(res["action_ranges"]) >= 2 and transcript.startswith(prompt)
+        # One close per turn: the generation's EOS closes the assistant turn, the feedback does not close it again.
+        assert "<|im_end|><|im_end|>" not in transcript and transcript.count("<|im_end|>") == transcript.count("<|im_start|>")
+        transcripts[label] = (res["observation_tokens"], res["action_ranges"], res["rollout_log_probs"])
+    # Every episode was stored, under the run the options named.
+    by_task = {x["task_id"]: x for x in wait_rows(store, rid, len(rows))}
+    for i, r in enumerate(rows):
+        stored = by_task[r["task_id"]]
+        assert stored["outcome"] == "correct" and stored["reward"] == 1.0, stored["outcome"]
+        ids, ranges, logprobs = transcripts[r["task_id"]]
+        # Token-exact: every turn holds the ids OpenRLHF trains on (its action ranges of the transcript), which
+        # re-tokenise to the stored reply, and the prompt it was generated from; the rendered conversation is the chat
+        # template's over the stored messages.
+        assert len(stored["turns"]) == len(ranges)
+        replies = [m["content"] for m in stored["messages"] if m["role"] == "assistant"]
+        for t, (a, b), reply in zip(stored["turns"], ranges, replies):
+            assert t["completion_token_ids"] == ids[a:b] and t["prompt_token_ids"] == ids[:a]
+            assert tok.decode(t["completion_token_ids"], skip_special_tokens=True) == t["raw_text"] == reply
+            if i == 0:
+                assert t["completion_logprobs"] == logprobs[a:b]
+            else:
+                assert not t["completion_logprobs"]
+        template = tok.apply_chat_template([{"role": m["role"], "content": m["content"]} for m in stored["messages"]],
+                                           tokenize=False)
+        assert template.startswith(tok.decode(ids)), "the transcript is not the chat template's rendering"
 
 
 def test_openrlhf_feedback_is_a_user_turn(medgym_server, monkeypatch):
@@ -128,7 +143,7 @@ def test_openrlhf_budget_cut_is_scored_and_stored(medgym_server, monkeypatch):
     rid = f"openrlhf-cut-{time.time_ns()}"
     monkeypatch.setenv("MEDGYM_URL", url)
     monkeypatch.setenv("MEDGYM_OPTIONS", f'{{"max_turns": 10, "run_id": "{rid}"}}')
-    tok = _tokenizer()
+    tok = chatml_tokenizer()
     executor = _load_agent_file()
     engine = Unparseable(tok, "")
     prompt = "<|im_start|>user\nWhat is 6 times 7?<|im_end|>\n<|im_start|>assistant\n"

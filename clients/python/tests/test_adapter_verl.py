@@ -6,7 +6,7 @@ import asyncio
 import pyarrow.parquet as pq
 import pytest
 
-from adapters_live import export, fake_model, medgym_server, model_reply, no_gold, wait_rows, framework  # noqa: F401
+from adapters_live import chatml_tokenizer, export, fake_model, hesitant_reply, medgym_server, model_reply, no_gold, wait_rows, framework  # noqa: F401
 
 framework("verl", "verl.interactions.base")
 from verl.interactions.utils.interaction_registry import initialize_interactions_from_config  # noqa: E402
@@ -132,3 +132,68 @@ async def _finalize_stores_an_unfinished_episode(medgym_server):
     assert len(stored) == 1
     with pytest.raises(ValueError, match="unknown interaction"):
         await interaction.generate_response(rid, [{"role": "assistant", "content": "x"}])
+
+
+def test_verl_agent_loop_stores_token_ids(medgym_server, fake_model, tmp_path):
+    asyncio.run(_agent_loop_stores_token_ids(medgym_server, fake_model, tmp_path))
+
+
+async def _agent_loop_stores_token_ids(medgym_server, fake_model, tmp_path):
+    # verl's own ToolAgentLoop (as MedGymAgentLoop) over the exported rows, with the interaction from the config and a
+    # generation server standing in for vLLM's (ids in, ids out: the EOS kept in the completion's ids, a logprob per
+    # id): every stored turn holds the ids verl generated from and generated, which re-tokenise to the stored reply.
+    framework("verl", "verl.experimental.agent_loop.tool_agent_loop")
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+    from verl.workers.rollout.replica import TokenOutput
+
+    from medgym.verl_agent import MedGymAgentLoop
+
+    url, store = medgym_server
+    tok = chatml_tokenizer()
+    generated = []  # (prompt ids, completion ids, logprobs) in order
+
+    class Server:
+        """verl's AsyncLLMServerManager.generate, answered by the reference test model."""
+
+        async def generate(self, request_id, *, prompt_ids, sampling_params, image_data=None, video_data=None):
+            reply = hesitant_reply(fake_model, tok.decode(prompt_ids))
+            ids = tok(reply, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            lps = [-0.25 * (k % 4) for k in range(len(ids))]
+            generated.append((list(prompt_ids), ids, lps))
+            return TokenOutput(token_ids=ids, log_probs=lps)
+
+    cfg = tmp_path / "interaction.yaml"
+    cfg.write_text(f"interaction:\n  - name: medgym\n    class_name: medgym.verl.MedGymInteraction\n"
+                   f"    config: {{base_url: \"{url}\", options: {{max_turns: 5}}}}\n")
+    multi_turn = {"max_user_turns": 8, "max_assistant_turns": 8, "max_parallel_calls": 1, "max_tool_response_length": 256,
+                  "tool_response_truncate_side": "middle", "tool_config_path": None, "format": "hermes",
+                  "interaction_config_path": str(cfg)}
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 1 << 20, "response_length": 1 << 20,
+                                                                 "multi_turn": multi_turn}, "model": {}}})
+    ds = _dataset(tmp_path)
+    loop = MedGymAgentLoop(DictConfigWrap(config), Server(), tok, None, type(ds), DictConfigWrap(OmegaConf.create({})))
+    interaction = loop.interaction_map["medgym"]
+    for i in range(len(ds)):
+        item = ds[i]
+        generated.clear()
+        out = await loop.run({"temperature": 1.0}, raw_prompt=item["raw_prompt"],
+                             extra_info={"interaction_kwargs": item["interaction_kwargs"]})
+        assert out.extra_fields["turn_scores"][-1] == 1.0 and len(generated) == 2
+        (rid, sess), = [(k, v) for k, v in interaction.sessions.items() if v.done]
+        await interaction.finalize_interaction(rid)
+        assert not interaction.tokens, "token data left over"
+        stored = [r for r in wait_rows(store, sess.created["run_id"], 1) if r["episode_id"] == sess.created["episode_id"]]
+        assert len(stored) == 1 and stored[0]["reward"] == 1.0
+        turns = stored[0]["turns"]
+        replies = [m["content"] for m in stored[0]["messages"] if m["role"] == "assistant"]
+        assert len(turns) == len(generated) == len(replies)
+        for t, (prompt, ids, lps), reply in zip(turns, generated, replies):
+            assert t["prompt_token_ids"] == prompt and t["completion_token_ids"] == ids and t["completion_logprobs"] == lps
+            assert tok.decode(t["completion_token_ids"], skip_special_tokens=True) == t["raw_text"] == reply
+        # verl's output: the response's generated tokens (mask 1) are the stored completions, in order.
+        mine = [tid for tid, m in zip(out.response_ids, out.response_mask) if m == 1]
+        assert mine == [x for t in turns for x in t["completion_token_ids"]]
+        # (the transcript verl trains on starts with the last turn's; verl appends the final feedback after it)
+        last = turns[-1]["prompt_token_ids"] + turns[-1]["completion_token_ids"]
+        assert (list(out.prompt_ids) + list(out.response_ids))[: len(last)] == last

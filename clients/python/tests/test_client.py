@@ -225,8 +225,15 @@ def test_prompt_opens_no_session(server, client, reference):
     assert e.value.code == "unknown_task"
 
     rid = run_id("prompts")
-    ds = prompt_dataset(client, [r["task_id"] for r in reference], dataset=DATASET, split=SPLIT, run_id=rid)
+    ids = [r["task_id"] for r in reference]
+    ds = prompt_dataset(client, ids, dataset=DATASET, split=SPLIT, run_id=rid, options={"prompt_mode": "json"})
     assert [r["prompt"] for r in ds] == [prompt_of(r) for r in reference]
+    # By default the dataset carries the tool-calling prompt (MedGymToolEnv's sessions run in tools mode).
+    tools = prompt_dataset(client, ids, dataset=DATASET, split=SPLIT, run_id=rid)
+    assert [r["prompt"] for r in tools] == [client.prompt(i, dataset=DATASET, split=SPLIT, prompt_mode="tools")["messages"] for i in ids]
+    assert all("JSON" not in r["prompt"][0]["content"] for r in tools)
+    with pytest.raises(medgym.BadRequestError):
+        client.prompt(ids[0], dataset=DATASET, split=SPLIT, prompt_mode="xml")
     assert client.health()["live_sessions"] == live
     assert server.rows(rid) == [] and server.rows("prompts") == []
     doc = client.openapi()
@@ -271,3 +278,51 @@ def test_verl_reward_function_reads_the_stored_reward(server, client, reference)
     assert compute_score("medgym/treqs", "not an action", ref, extra, base_url=server.url) == 0.0
     rows = sorted(server.rows(rid), key=lambda x: x["reward"])
     assert [(x["outcome"], x["termination"]) for x in rows] == [("turn_limit", "closed"), ("correct", "accepted")]
+
+
+def test_token_data_is_stored_and_junk_refused(server, client, reference):
+    """A step's token data lands in its turn of the stored row as sent; token data the store could not keep as the
+    llm-worker's path keeps it is a 400 before anything is played (the session stays at its turn)."""
+    row = reference[0]
+    rid = run_id("tokens")
+    s = client.session(row["task_id"], dataset=DATASET, split=SPLIT, run_id=rid)
+    for junk in (
+        {"token_ids": [1, 2], "logprobs": [-0.5]},  # one logprob per id
+        {"logprobs": [-0.5]},  # logprobs without their ids
+        {"token_ids": [1, -2]},  # a negative id
+        {"prompt_token_ids": [-1]},
+        {"token_ids": [1], "logprobs": [0.5]},  # not a log-probability
+        {"token_ids": [0] * 65537},  # over the cap
+    ):
+        with pytest.raises(medgym.BadRequestError):
+            s.step(json.dumps(reference_action(row)), **junk)
+    assert s.turn == 0 and client.session_status(s.id)["turn"] == 0
+    sent = {"prompt_token_ids": [5, 6, 7], "token_ids": [11, 12, 13], "logprobs": [-0.25, -1.5, 0.0]}
+    r = s.step(json.dumps(reference_action(row)), **sent)
+    assert r.done and r.reward == 1.0
+    (stored,) = server.rows(rid)
+    t = stored["turns"][0]
+    assert (t["prompt_token_ids"], t["completion_token_ids"], t["completion_logprobs"]) == tuple(sent.values())
+
+
+def test_trl_env_registers_the_sessions_tools(server, client, reference):
+    """MedGymToolEnv's tools are the server's for the dataset (TREQS: no terminal); an environment registering others
+    is refused at reset, its session ended, not left open; the right one plays in tools mode."""
+    from medgym.trl import MedGymToolEnv, tool_names
+
+    names = tool_names(client, DATASET, split=SPLIT)
+    assert "terminal" not in names and "validate_code" in names
+    row = reference[0]
+    rid = run_id("trl-tools")
+    with pytest.raises(ValueError, match="offers the tools"):
+        MedGymToolEnv(client, {"run_id": rid}).reset(task_id=row["task_id"], dataset=DATASET, split=SPLIT)
+    env = MedGymToolEnv.with_actions(names)(client, {"run_id": rid})
+    assert env.reset(task_id=row["task_id"], dataset=DATASET, split=SPLIT) is None
+    assert "Each reply calls exactly one of the tools" in env._session.messages[0]["content"]
+    assert not hasattr(env, "terminal") or env.terminal is None
+    act = reference_action(row)
+    assert act["action"] == "validate_code"
+    env.validate_code(**act["params"])
+    assert env.get_reward() == 1.0
+    rows = server.rows(rid)
+    assert sorted(r["outcome"] for r in rows) == ["correct", "turn_limit"]

@@ -8,7 +8,8 @@ a live ``medgym env serve`` (CPU, no download).
 3. Two GRPO steps, 2 prompts x 4 generations each, every rollout a server session: the model's tool calls run in
    medgym's sandbox and the verifier's reward is what TRL optimises.
 Asserts: stored rows = steps x prompts x generations; the rewards stored are the rewards TRL logged (per sample and
-per step); the weights changed.
+per step); the weights changed; the sessions ran the tool-calling prompt (no JSON reply format) and TRL registered
+exactly the tools the server offers (the task's permitted actions: no terminal for TREQS).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import prompt_of, reference_action, run_id
+from conftest import DATASET, SPLIT, reference_action, run_id
 
 torch = pytest.importorskip("torch")
 trl = pytest.importorskip("trl")
@@ -25,33 +26,33 @@ import datasets  # noqa: E402
 import tinylm  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
-from medgym.trl import MedGymToolEnv  # noqa: E402
+from medgym.trl import MedGymToolEnv, tool_names  # noqa: E402
 
 STEPS, PROMPTS, GENERATIONS = 2, 2, 4
 
 
-def env_tools() -> list:
-    """The tools TRL exposes for MedGymToolEnv, in its order (inspect.getmembers: by name)."""
+def env_tools(env: type) -> list:
+    """The tools TRL exposes for an environment class, in its order (inspect.getmembers: by name)."""
     import inspect
 
     return [
         f
-        for name, f in inspect.getmembers(MedGymToolEnv, predicate=inspect.isfunction)
+        for name, f in inspect.getmembers(env, predicate=inspect.isfunction)
         if name not in ("reset", "get_reward") and not name.startswith("_")
     ]
 
 
-def sft_pairs(tokenizer, reference: list[dict]) -> list[tuple[str, str]]:
-    """(prompt text, completion text) per reference episode: the prompt as GRPOTrainer renders it (tools included)
-    and the reference action as a tool call in the chat template's format."""
+def sft_pairs(tokenizer, env: type, reference: list[dict], prompts: dict) -> list[tuple[str, str]]:
+    """(prompt text, completion text) per reference episode: the session's prompt (tools mode) as GRPOTrainer renders
+    it (tools included) and the reference action as a tool call in the chat template's format."""
     pairs = []
     for row in reference:
-        prompt = prompt_of(row)
+        prompt = prompts[row["task_id"]]
         act = reference_action(row)
         call = {"type": "function", "function": {"name": act["action"], "arguments": act["params"]}}
-        p = tokenizer.apply_chat_template(prompt, tools=env_tools(), add_generation_prompt=True, tokenize=False)
+        p = tokenizer.apply_chat_template(prompt, tools=env_tools(env), add_generation_prompt=True, tokenize=False)
         full = tokenizer.apply_chat_template(
-            prompt + [{"role": "assistant", "content": "", "tool_calls": [call]}], tools=env_tools(), tokenize=False
+            prompt + [{"role": "assistant", "content": "", "tool_calls": [call]}], tools=env_tools(env), tokenize=False
         )
         assert full.startswith(p)
         pairs.append((p, full[len(p) :].rstrip("\n")))
@@ -64,13 +65,29 @@ def test_grpo_through_medgym(server, reference, tmp_path):
     torch.set_num_threads(1)  # the 2-core CI machine: more threads only contend
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+    checked = server.client()
+    # The tool-calling prompt and tools, as the server offers them for the dataset's tasks (prompt_mode tools): the
+    # environment registers exactly those, and the prompt describes them instead of medgym's JSON reply format.
+    names = tool_names(checked, DATASET, split=SPLIT)
+    env = MedGymToolEnv.with_actions(names)
+    offered = {}
+    prompts = {}
+    for row in reference:
+        p = checked.prompt(row["task_id"], dataset=row["dataset"], split=row["split"], prompt_mode="tools")
+        prompts[row["task_id"]] = [{"role": m["role"], "content": m["content"]} for m in p["messages"]]
+        offered[row["task_id"]] = [t["function"]["name"] for t in p["tools"]]
+        system = prompts[row["task_id"]][0]["content"]
+        assert "JSON" not in system and "Each reply calls exactly one of the tools " + ", ".join(names) in system, system
+    assert all(o == names for o in offered.values()) and "terminal" not in names, (names, offered)
+    assert sorted(f.__name__ for f in env_tools(env)) == sorted(names)
+
     # Tokenizer: rendering needs a tokenizer with the chat template; train a throwaway one, render the conversations,
     # then train the real one on them (so the prompts are a few hundred tokens).
-    texts = [m["content"] for row in reference for m in row["messages"]]
+    texts = [m["content"] for row in reference for m in row["messages"]] + [m["content"] for p in prompts.values() for m in p]
     bootstrap = tinylm.build_tokenizer(texts, vocab_size=300)
-    rendered = [p + c for p, c in sft_pairs(bootstrap, reference)]
+    rendered = [p + c for p, c in sft_pairs(bootstrap, env, reference, prompts)]
     tokenizer = tinylm.build_tokenizer(rendered, vocab_size=2000)
-    pairs = sft_pairs(tokenizer, reference)
+    pairs = sft_pairs(tokenizer, env, reference, prompts)
     for p, c in pairs:
         assert tokenizer.decode(tokenizer(p + c, add_special_tokens=False)["input_ids"]) == p + c
 
@@ -81,7 +98,7 @@ def test_grpo_through_medgym(server, reference, tmp_path):
     rid = run_id("trl")
     train = datasets.Dataset.from_list(
         [
-            {"prompt": prompt_of(row), "task_id": row["task_id"], "dataset": row["dataset"], "split": row["split"]}
+            {"prompt": prompts[row["task_id"]], "task_id": row["task_id"], "dataset": row["dataset"], "split": row["split"]}
             for row in reference
         ]
     )
@@ -103,15 +120,16 @@ def test_grpo_through_medgym(server, reference, tmp_path):
         seed=0,
         dataloader_num_workers=0,
     )
-    checked = server.client()
     trainer = GRPOTrainer(
         model=model,
         processing_class=tokenizer,
         args=args,
         train_dataset=train,
         # MedGymToolEnv.factory's environments, on a client whose responses are checked (conftest).
-        environment_factory=lambda: MedGymToolEnv(checked, {"run_id": rid, "max_turns": 3}),
+        environment_factory=lambda: env(checked, {"run_id": rid, "max_turns": 3}),
     )
+    # TRL registered the server's tools, no more (a forbidden action is no tool the model can call).
+    assert sorted(f.__name__ for f in trainer._env_tools[None]) == sorted(names)
     logged: list[list[float]] = []
 
     class Rewards(TrainerCallback):
@@ -130,6 +148,8 @@ def test_grpo_through_medgym(server, reference, tmp_path):
     print("stored:", [(r["task_id"], r["sample_index"], r["outcome"], r["reward"]) for r in rows])
     print("logged:", logged, [(h["reward"], h.get("tools/call_frequency")) for h in history])
     assert len(rows) == STEPS * PROMPTS * GENERATIONS
+    # Every session ran the tool-calling prompt TRL's dataset carried.
+    assert all([{"role": m["role"], "content": m["content"]} for m in r["messages"][:2]] == prompts[r["task_id"]] for r in rows)
     assert sorted((r["task_id"], r["sample_index"]) for r in rows) == sorted(
         (row["task_id"], k) for row in reference for k in range(STEPS * GENERATIONS)
     )

@@ -28,6 +28,7 @@ func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	out := fs.String("out", "", "output directory (required): verl/ and prompts/ are written under it")
 	endOn := fs.String("end-on", schemas.DefaultOptions().EndOn, "the sessions' end_on (it decides whether the prompt offers the answer action): accepted, answer or both")
 	upstream := fs.Bool("upstream-compat", false, "the sessions' compat: upstream (upstream's prompt layout)")
+	promptMode := fs.String("prompt-mode", schemas.PromptModeJSON, "the sessions' prompt_mode: json (the reply is a JSON object) or tools (the model calls the session's tools; TRL's environment)")
 	systemAsUser := fs.Bool("system-as-user", false, "fold the system prompt into the first user message (as the environment server's --system-as-user)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -40,6 +41,7 @@ func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *upstream {
 		opts = schemas.UpstreamOptions()
 	}
+	opts.PromptMode = *promptMode
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}

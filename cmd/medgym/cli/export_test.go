@@ -97,6 +97,28 @@ func TestExportCanary(t *testing.T) {
 	}
 }
 
+// TestExportPromptMode: --prompt-mode tools exports the tools prompt a
+// session under prompt_mode tools opens with (no JSON reply format).
+func TestExportPromptMode(t *testing.T) {
+	lib := answerKeyLibrary(t, "MEDGYM-CANARY-2")
+	out := t.TempDir()
+	if err := Run(context.Background(), []string{"export", "--library", lib, "--dataset", "eicu", "--split", "test", "--prompt-mode", "tools", "--out", out}, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	ts, err := tasks.Load(context.Background(), tasks.Source{Dataset: "eicu", Split: "test", LibraryDir: lib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := schemas.DefaultOptions()
+	opts.PromptMode = schemas.PromptModeTools
+	want := agent.BuildMessages(ts[0].View, agent.EpisodePromptOptions(opts, false))
+	var prompts []export.PromptRecord
+	readParquet(t, filepath.Join(out, "prompts", "eicu_test.parquet"), &prompts)
+	if len(prompts) != 2 || !equalMessages(prompts[0].Prompt, want) || strings.Contains(want[0].Content, "JSON") {
+		t.Errorf("prompt rows: %+v\nwant %v", prompts, want)
+	}
+}
+
 // TestExportBadInput: a missing --out, an unknown dataset and bad options are
 // refused with a reason.
 func TestExportBadInput(t *testing.T) {
@@ -108,6 +130,8 @@ func TestExportBadInput(t *testing.T) {
 		{[]string{"--library", lib, "--dataset", "eicu"}, "--out is required"},
 		{[]string{"--library", lib, "--dataset", "nosuch", "--out", t.TempDir()}, "unknown dataset"},
 		{[]string{"--library", lib, "--dataset", "eicu", "--end-on", "never", "--out", t.TempDir()}, "end_on"},
+		{[]string{"--library", lib, "--dataset", "eicu", "--prompt-mode", "xml", "--out", t.TempDir()}, "prompt_mode"},
+		{[]string{"--library", lib, "--dataset", "eicu", "--prompt-mode", "tools", "--upstream-compat", "--out", t.TempDir()}, "prompt_mode"},
 	} {
 		err := Run(context.Background(), append([]string{"export"}, tc.args...), io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -524,10 +524,11 @@ func (a *api) tasks(w http.ResponseWriter, r *http.Request) {
 }
 
 // prompt answers a task's opening messages and tools under the end_on
-// option (which decides whether answer is offered), opening no session.
+// option (which decides whether answer is offered) and the prompt_mode
+// option, opening no session.
 func (a *api) prompt(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if err := unknownParam(r, "dataset", "split", "end_on"); err != nil {
+	if err := unknownParam(r, "dataset", "split", "end_on", "prompt_mode"); err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
@@ -541,6 +542,10 @@ func (a *api) prompt(w http.ResponseWriter, r *http.Request) {
 	if _, given := q["end_on"]; given {
 		v := q.Get("end_on") // given empty is not the default: the session options refuse it
 		opts.EndOn = &v
+	}
+	if _, given := q["prompt_mode"]; given {
+		v := q.Get("prompt_mode")
+		opts.PromptMode = &v
 	}
 	p, err := a.s.Prompt(session.CreateRequest{TaskID: r.PathValue("id"), Dataset: q.Get("dataset"), Split: q.Get("split"), Options: opts})
 	if err != nil {

@@ -17,6 +17,7 @@ type Options struct {
 	ActionTimeoutSec  *int              `json:"action_timeout_sec,omitempty"`
 	EpisodeTimeoutSec *int              `json:"episode_timeout_sec,omitempty"`
 	Compat            *string           `json:"compat,omitempty"`
+	PromptMode        *string           `json:"prompt_mode,omitempty"`
 	Seed              *int64            `json:"seed,omitempty"`
 	Temperature       *float64          `json:"temperature,omitempty"`
 	Model             string            `json:"model,omitempty"`
@@ -46,7 +47,7 @@ func (o Options) resolve(defaultRun, defaultModel, defaultEndOn string) (schemas
 	for _, f := range []struct {
 		dst *string
 		v   *string
-	}{{&opts.EndOn, o.EndOn}, {&opts.VerifierMode, o.VerifierMode}, {&opts.LoopGuard, o.LoopGuard}, {&opts.Compat, o.Compat}} {
+	}{{&opts.EndOn, o.EndOn}, {&opts.VerifierMode, o.VerifierMode}, {&opts.LoopGuard, o.LoopGuard}, {&opts.Compat, o.Compat}, {&opts.PromptMode, o.PromptMode}} {
 		if f.v != nil {
 			*f.dst = *f.v
 		}

@@ -31,7 +31,15 @@ type Limits struct {
 	// (ErrStepTimeout after; the execution goes on and a retry with the
 	// same turn gets its answer).
 	StepWait time.Duration
+	// EpisodeTokenIDs bounds the token ids (prompt and completion) an
+	// episode's turns hold together; a step past it is ErrInvalid
+	// (default DefaultEpisodeTokenIDs).
+	EpisodeTokenIDs int
 }
+
+// DefaultEpisodeTokenIDs is Limits.EpisodeTokenIDs' default: 15 turns of a
+// 128k-token context and more.
+const DefaultEpisodeTokenIDs = 1 << 21
 
 // Deps are the service's collaborators.
 type Deps struct {
@@ -77,6 +85,9 @@ func New(deps Deps, limits Limits) *Service {
 	}
 	if deps.DefaultModel == "" {
 		deps.DefaultModel = "external"
+	}
+	if limits.EpisodeTokenIDs <= 0 {
+		limits.EpisodeTokenIDs = DefaultEpisodeTokenIDs
 	}
 	if limits.StepWait <= 0 {
 		limits.StepWait = 10 * time.Minute

@@ -3,7 +3,9 @@ package session
 import (
 	"context"
 	"errors"
+	"math"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -271,5 +273,112 @@ func TestPromptIsCreatesOpening(t *testing.T) {
 	}
 	if _, err := w.svc.Prompt(CreateRequest{TaskID: "nope"}); !errors.Is(err, ErrUnknownTask) {
 		t.Fatalf("unknown task: %v", err)
+	}
+}
+
+// TestStepTokenData: the token data of a step is stored in its turn as the
+// llm-worker's path stores it, and junk (ids and logprobs that disagree,
+// negative ids, logprobs that are no log-probability, too many ids) is
+// refused before anything is played.
+func TestStepTokenData(t *testing.T) {
+	t.Parallel()
+	w, _ := newWorld(t, newMemStore(), Limits{})
+	id := create(t, w.svc, Options{}).Session.ID
+	ctx := context.Background()
+	nan := float32(math.NaN())
+	for name, r := range map[string]StepRequest{
+		"logprobs without ids": {Logprobs: []float32{-1}},
+		"fewer logprobs":       {TokenIDs: []int32{1, 2}, Logprobs: []float32{-1}},
+		"more logprobs":        {TokenIDs: []int32{1}, Logprobs: []float32{-1, -2}},
+		"negative id":          {TokenIDs: []int32{1, -1}},
+		"negative prompt id":   {PromptTokenIDs: []int32{-5}},
+		"NaN logprob":          {TokenIDs: []int32{1}, Logprobs: []float32{nan}},
+		"positive logprob":     {TokenIDs: []int32{1}, Logprobs: []float32{0.5}},
+		"too many ids":         {TokenIDs: make([]int32, MaxCompletionTokenIDs+1)},
+		"too many prompt ids":  {PromptTokenIDs: make([]int32, MaxPromptTokenIDs+1)},
+		"infinite logprob":     {TokenIDs: []int32{1}, Logprobs: []float32{float32(math.Inf(-1))}},
+	} {
+		r.Content = code("print(1)")
+		if _, err := w.svc.Step(ctx, id, r); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	if got, _ := w.svc.Get(ctx, id); len(got.State.Turns) != 0 {
+		t.Fatalf("a refused step was played: %d turns", len(got.State.Turns))
+	}
+	r := StepRequest{Turn: 0, Content: answerReply("42"), PromptTokenIDs: []int32{7, 8, 9}, TokenIDs: []int32{3, 4}, Logprobs: []float32{-0.5, 0}}
+	if _, err := w.svc.Step(ctx, id, r); err != nil {
+		t.Fatal(err)
+	}
+	turn := w.results[0].Turns[0]
+	if !reflect.DeepEqual(turn.PromptTokenIDs, r.PromptTokenIDs) || !reflect.DeepEqual(turn.CompletionTokenIDs, r.TokenIDs) ||
+		!reflect.DeepEqual(turn.CompletionLogprobs, r.Logprobs) {
+		t.Fatalf("stored turn: prompt %v, completion %v, logprobs %v", turn.PromptTokenIDs, turn.CompletionTokenIDs, turn.CompletionLogprobs)
+	}
+}
+
+// TestPromptModeTools: prompt_mode tools opens the episode with the tools
+// prompt (no JSON reply format) and offers the task's permitted actions as
+// tools, in the session's messages, its tools and the prompt endpoint
+// alike; a call of an action the task does not permit is refused as in
+// JSON mode; the default is JSON mode, and junk or tools under upstream
+// rules is refused.
+func TestPromptModeTools(t *testing.T) {
+	t.Parallel()
+	w, _ := newWorld(t, newMemStore(), Limits{})
+	tools := schemas.PromptModeTools
+	c := create(t, w.svc, Options{PromptMode: &tools})
+	sys := c.Messages[0].Content
+	var names []string
+	for _, tool := range c.Tools {
+		names = append(names, tool.Function.Name)
+	}
+	if !reflect.DeepEqual(names, task.PermittedActions) || strings.Contains(sys, "JSON") ||
+		!strings.Contains(sys, "Each reply calls exactly one of the tools validate_code, terminal, answer") {
+		t.Fatalf("tools %v, system prompt:\n%s", names, sys)
+	}
+	p, err := w.svc.Prompt(CreateRequest{TaskID: task.ID, Options: Options{PromptMode: &tools}})
+	if err != nil || !reflect.DeepEqual(p.Messages, c.Messages) || !reflect.DeepEqual(p.Tools, c.Tools) {
+		t.Fatalf("prompt endpoint differs from the session's opening: %v", err)
+	}
+	r := step(t, w.svc, c.Session.ID, 0, `{"action": "debug", "params": {"code": "x", "error_msg": "y"}}`)
+	if r.Done || !strings.Contains(r.Observation, `"debug" is not permitted`) {
+		t.Fatalf("a forbidden action: %+v", r)
+	}
+	def := create(t, w.svc, Options{})
+	if !strings.Contains(def.Messages[0].Content, "Must be valid JSON format.") || !reflect.DeepEqual(def.Tools, c.Tools) {
+		t.Fatalf("default prompt:\n%s", def.Messages[0].Content)
+	}
+	json, junk, up := schemas.PromptModeJSON, "xml", schemas.CompatUpstream
+	if j := create(t, w.svc, Options{PromptMode: &json}); j.Messages[0].Content != def.Messages[0].Content {
+		t.Fatal("prompt_mode json is not the default")
+	}
+	for _, o := range []Options{{PromptMode: &junk}, {PromptMode: &tools, Compat: &up}} {
+		if _, err := w.svc.Create(context.Background(), CreateRequest{TaskID: task.ID, Options: o}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("options %+v: %v, want ErrInvalid", o, err)
+		}
+	}
+}
+
+// TestEpisodeTokenBudget: the token ids an episode's turns hold together
+// are bounded (each step within its own caps could otherwise grow the
+// session's state by the body limit every turn); the step past the budget
+// is refused and not played, the same reply without token data is.
+func TestEpisodeTokenBudget(t *testing.T) {
+	t.Parallel()
+	w, _ := newWorld(t, newMemStore(), Limits{EpisodeTokenIDs: 10})
+	id := create(t, w.svc, Options{}).Session.ID
+	ctx := context.Background()
+	if _, err := w.svc.Step(ctx, id, StepRequest{Turn: 0, Content: "no json", PromptTokenIDs: make([]int32, 6), TokenIDs: []int32{1, 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.svc.Step(ctx, id, StepRequest{Turn: 1, Content: "no json", PromptTokenIDs: make([]int32, 2), TokenIDs: []int32{1}}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("step past the budget: %v", err)
+	}
+	if got, _ := w.svc.Get(ctx, id); len(got.State.Turns) != 1 {
+		t.Fatalf("a refused step was played: %d turns", len(got.State.Turns))
+	}
+	if r, err := w.svc.Step(ctx, id, StepRequest{Turn: 1, Content: "no json", TokenIDs: []int32{1, 2}}); err != nil || r.Info.Turn != 1 {
+		t.Fatalf("a step within the budget: %+v, %v", r, err)
 	}
 }

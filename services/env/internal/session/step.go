@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/medgym/medgym/agent/episode"
@@ -19,6 +20,49 @@ type StepRequest struct {
 	TokenIDs, PromptTokenIDs       []int32
 	Logprobs                       []float32
 	PromptTokens, CompletionTokens int
+}
+
+// The bounds on a step's token data: a completion's ids (and logprobs)
+// and the prompt's ids the client's engine generated from.
+const (
+	MaxCompletionTokenIDs = 1 << 16
+	MaxPromptTokenIDs     = 1 << 18
+)
+
+// validate refuses token data the store could not keep as the llm-worker's
+// path keeps it: negative ids, logprobs without their ids or of another
+// length, logprobs that are not finite or above 0, too many ids.
+func (r StepRequest) validate() error {
+	switch {
+	case len(r.TokenIDs) > MaxCompletionTokenIDs:
+		return fmt.Errorf("%w: token_ids: %d ids, at most %d", ErrInvalid, len(r.TokenIDs), MaxCompletionTokenIDs)
+	case len(r.PromptTokenIDs) > MaxPromptTokenIDs:
+		return fmt.Errorf("%w: prompt_token_ids: %d ids, at most %d", ErrInvalid, len(r.PromptTokenIDs), MaxPromptTokenIDs)
+	case len(r.Logprobs) > 0 && len(r.Logprobs) != len(r.TokenIDs):
+		return fmt.Errorf("%w: logprobs: %d values for %d token_ids (one per completion token)", ErrInvalid, len(r.Logprobs), len(r.TokenIDs))
+	}
+	for name, ids := range map[string][]int32{"token_ids": r.TokenIDs, "prompt_token_ids": r.PromptTokenIDs} {
+		for i, id := range ids {
+			if id < 0 {
+				return fmt.Errorf("%w: %s[%d] is %d (token ids are ≥ 0)", ErrInvalid, name, i, id)
+			}
+		}
+	}
+	for i, lp := range r.Logprobs {
+		if v := float64(lp); math.IsNaN(v) || math.IsInf(v, 0) || v > 0 {
+			return fmt.Errorf("%w: logprobs[%d] is %v (log-probabilities are finite and ≤ 0)", ErrInvalid, i, lp)
+		}
+	}
+	return nil
+}
+
+// tokenIDs counts the token ids turns hold.
+func tokenIDs(turns []schemas.Turn) int {
+	n := 0
+	for _, t := range turns {
+		n += len(t.PromptTokenIDs) + len(t.CompletionTokenIDs)
+	}
+	return n
 }
 
 // maxConflicts bounds the compare-and-set retries of one change (another
@@ -45,6 +89,11 @@ func (s *Service) step(ctx context.Context, id string, r StepRequest) (StepResul
 		if err != nil {
 			return StepResult{}, nil, err
 		}
+		// Checked once the session is known: an unknown one is a 404
+		// whatever the body holds.
+		if err := r.validate(); err != nil {
+			return StepResult{}, nil, err
+		}
 		k := len(sess.Steps)
 		var played *schemas.Turn
 		if r.Turn >= 0 && r.Turn < len(sess.State.Turns) {
@@ -69,6 +118,10 @@ func (s *Service) step(ctx context.Context, id string, r StepRequest) (StepResul
 			}
 			res, err := s.wait(ctx, id, r.Turn)
 			return res, played, err
+		}
+		if n := tokenIDs(sess.State.Turns) + len(r.PromptTokenIDs) + len(r.TokenIDs); n > s.limits.EpisodeTokenIDs {
+			return StepResult{}, nil, fmt.Errorf("%w: the episode's turns would hold %d token ids, at most %d (send this step without them)",
+				ErrInvalid, n, s.limits.EpisodeTokenIDs)
 		}
 		reply := episode.Completion{Text: r.Content, Reasoning: r.Reasoning, FinishReason: r.FinishReason,
 			PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens,
