@@ -388,14 +388,15 @@ func (a *api) oeSocket(w http.ResponseWriter, r *http.Request) {
 		cur = &c
 	}
 	for {
-		rctx, cancel := context.WithTimeout(ctx, a.opt.SocketIdle)
-		typ, data, err := ws.Read(rctx)
-		cancel()
+		// An idle socket is closed with a reason (a cancelled Read would
+		// drop it without one).
+		idle := time.AfterFunc(a.opt.SocketIdle, func() {
+			_ = ws.Close(websocket.StatusPolicyViolation, "idle: no message within the server's limit")
+		})
+		typ, data, err := ws.Read(ctx)
+		idle.Stop()
 		if err != nil {
-			if rctx.Err() != nil && ctx.Err() == nil {
-				_ = ws.Close(websocket.StatusPolicyViolation, "idle: no message within the server's limit")
-			}
-			return // the client left, or sent a frame over the limit (closed 1009 by Read)
+			return // the client left, idled, or sent a frame over the limit (closed 1009 by Read)
 		}
 		if typ != websocket.MessageText {
 			a.oeSend(ctx, ws, oeErr(oeInvalidJSON, "send text frames holding one JSON object"))
