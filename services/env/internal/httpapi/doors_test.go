@@ -188,6 +188,12 @@ func TestOpenEnvSocketBounds(t *testing.T) {
 	if _, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/openenv/ws", nil); err == nil || resp == nil || resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("a socket without the token: %v %v", err, resp)
 	}
+	// A page of another origin cannot open a socket with the browser's
+	// credentials (cross-site WebSocket hijacking).
+	if _, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/openenv/ws", &websocket.DialOptions{
+		HTTPHeader: http.Header{"Authorization": {"Bearer tok"}, "Origin": {"http://evil.example"}}}); err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a socket from another origin: %v %v", err, resp)
+	}
 	ws := dial(t, srv, "?session_id=forged")
 	_, b, err := ws.Read(ctx)
 	if err != nil || !strings.Contains(string(b), "unknown_session") {
@@ -275,7 +281,7 @@ func TestOpenEnvHTTP(t *testing.T) {
 	if json.Unmarshal(b, &s) != nil || s.Action == nil || s.Observation == nil || s.State == nil {
 		t.Errorf("schema: %s", b)
 	}
-	for _, p := range []string{"/reset", "/schema", "/nope", "/ws"} {
+	for _, p := range []string{"/reset", "/state?session_id=s1", "/nope", "/ws", "/mcp"} {
 		req, _ := http.NewRequest("GET", u+p, nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -284,6 +290,16 @@ func TestOpenEnvHTTP(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusUnauthorized {
 			t.Errorf("%s without the token: %d", p, resp.StatusCode)
+		}
+	}
+	for _, p := range []string{"/health", "/schema", "/metadata", "/openapi.json"} {
+		resp, err := http.Get(u + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s without the token: %d, want the open document", p, resp.StatusCode)
 		}
 	}
 }

@@ -113,12 +113,14 @@ func (a *api) openenvRoutes(mux *http.ServeMux) {
 	mux.HandleFunc(p+"/health", a.methods(map[string]http.HandlerFunc{http.MethodGet: func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "healthy"})
 	}}))
-	mux.HandleFunc(p+"/openapi.json", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodGet: func(w http.ResponseWriter, _ *http.Request) {
+	// The door's documents are open, as /openapi.json is: they hold no
+	// session and no task (OpenEnv's validator sends no token).
+	mux.HandleFunc(p+"/openapi.json", a.methods(map[string]http.HandlerFunc{http.MethodGet: func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(OpenEnvDoc)
-	}})))
-	mux.HandleFunc(p+"/metadata", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodGet: a.oeMetadata})))
-	mux.HandleFunc(p+"/schema", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodGet: a.oeSchema})))
+	}}))
+	mux.HandleFunc(p+"/metadata", a.methods(map[string]http.HandlerFunc{http.MethodGet: a.oeMetadata}))
+	mux.HandleFunc(p+"/schema", a.methods(map[string]http.HandlerFunc{http.MethodGet: a.oeSchema}))
 	mux.HandleFunc(p+"/reset", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodPost: a.oeHTTPReset})))
 	mux.HandleFunc(p+"/step", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodPost: a.oeHTTPStep})))
 	mux.HandleFunc(p+"/state", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodGet: a.oeHTTPState})))
