@@ -27,7 +27,7 @@ import (
 // open nothing and store nothing); /mcp?session_id=ID resumes one.
 
 // mcpParams are the query parameters /mcp takes.
-var mcpParams = []string{"task_id", "dataset", "split", "end_on", "max_turns", "run_id", "model", "session_id"}
+var mcpParams = []string{"task_id", "dataset", "split", "end_on", "max_turns", "loop_guard", "run_id", "model", "session_id"}
 
 // mcpEpisode is one MCP session's medgym session.
 type mcpEpisode struct {
@@ -117,6 +117,10 @@ func (a *api) mcpRequest(r *http.Request) (session.CreateRequest, error) {
 	if _, given := q["end_on"]; given {
 		v := q.Get("end_on")
 		req.Options.EndOn = &v
+	}
+	if _, given := q["loop_guard"]; given {
+		v := q.Get("loop_guard")
+		req.Options.LoopGuard = &v
 	}
 	if v := q.Get("max_turns"); v != "" {
 		n, err := strconv.Atoi(v)
