@@ -55,17 +55,21 @@ type Options struct {
 	// SocketIdle bounds how long an OpenEnv WebSocket waits for its next
 	// message, and how long an idle MCP session lives (DefaultSocketIdle).
 	SocketIdle time.Duration
-	Log        *slog.Logger
+	// MaxMCPSessions caps the live MCP sessions (DefaultMaxMCPSessions);
+	// more get 429 too_many_sessions.
+	MaxMCPSessions int
+	Log            *slog.Logger
 }
 
 // DefaultMaxBody is the default request body limit.
 const DefaultMaxBody = 1 << 20
 
 type api struct {
-	s   Sessions
-	cat session.Catalog
-	opt Options
-	mcp http.Handler // the MCP door (mcp.go)
+	s       Sessions
+	cat     session.Catalog
+	opt     Options
+	mcp     http.Handler  // the MCP door (mcp.go)
+	mcpLive chan struct{} // a slot per live MCP session
 }
 
 // Handler returns the API.
@@ -82,7 +86,10 @@ func Handler(s Sessions, cat session.Catalog, opt Options) http.Handler {
 	if opt.SocketIdle <= 0 {
 		opt.SocketIdle = DefaultSocketIdle
 	}
-	a := &api{s: s, cat: cat, opt: opt}
+	if opt.MaxMCPSessions <= 0 {
+		opt.MaxMCPSessions = DefaultMaxMCPSessions
+	}
+	a := &api{s: s, cat: cat, opt: opt, mcpLive: make(chan struct{}, opt.MaxMCPSessions)}
 	a.mcp = a.mcpHandler()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", a.methods(map[string]http.HandlerFunc{http.MethodGet: a.health}))

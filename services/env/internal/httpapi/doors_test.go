@@ -383,6 +383,8 @@ func TestMCPDoor(t *testing.T) {
 		{"forged session", "POST", "/mcp?session_id=forged", init, 404, "unknown_session"},
 		{"unknown parameter", "POST", "/mcp?task_id=t-1&x=1", init, 400, "unknown query parameter"},
 		{"GET stream", "GET", "/mcp?task_id=t-1", "", 405, "method_not_allowed"},
+		{"no session, not an initialize", "POST", "/mcp?task_id=t-1", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"answer"}}`, 400, "must be an initialize"},
+		{"no session, a batch", "POST", "/mcp?task_id=t-1", "[" + init + "]", 400, "must be an initialize"},
 		{"unknown MCP session", "POST", "/mcp", `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`, 404, ""},
 	} {
 		hdr := accept
@@ -405,5 +407,47 @@ func TestMCPDoor(t *testing.T) {
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatal("timed out")
+	}
+}
+
+// TestMCPSessionCap: MCP sessions beyond the cap are refused with 429
+// (each holds a server and its goroutines even before it opens a medgym
+// session); a session that ends gives its slot back.
+func TestMCPSessionCap(t *testing.T) {
+	srv := doorServer(t, httpapi.Options{MaxMCPSessions: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	hc := &http.Client{Transport: bearer{http.DefaultTransport}}
+	connect := func() (*mcp.ClientSession, error) {
+		return mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx,
+			&mcp.StreamableClientTransport{Endpoint: srv.URL + "/mcp?task_id=t-1", HTTPClient: hc, DisableStandaloneSSE: true}, nil)
+	}
+	first, err := connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+	code, b := do(t, "POST", srv.URL+"/mcp?task_id=t-1", init, "Content-Type", "application/json", "Accept", "application/json, text/event-stream")
+	if code != http.StatusTooManyRequests || !strings.Contains(string(b), "too_many_sessions") {
+		t.Fatalf("a session over the cap: %d %s", code, b)
+	}
+	// The session's own requests need no other slot.
+	if res, err := first.CallTool(ctx, &mcp.CallToolParams{Name: "validate_code", Arguments: map[string]any{"code": "1"}}); err != nil || res.IsError {
+		t.Fatalf("a call at the cap: %v %+v", err, res)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The slot comes back once the server has seen the session end.
+	for {
+		second, err := connect()
+		if err == nil {
+			_ = second.Close()
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no slot after the first session ended: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

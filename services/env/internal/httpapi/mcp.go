@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -26,6 +27,13 @@ import (
 // medgym session opens with the first tool call (initialize and tools/list
 // open nothing and store nothing); /mcp?session_id=ID resumes one.
 
+// DefaultMaxMCPSessions is Options.MaxMCPSessions when not set.
+const DefaultMaxMCPSessions = 1024
+
+// mcpInitWait is how long a new MCP session may take to send its
+// initialized notification before its slot is given back.
+const mcpInitWait = time.Minute
+
 // mcpParams are the query parameters /mcp takes.
 var mcpParams = []string{"task_id", "dataset", "split", "end_on", "max_turns", "loop_guard", "run_id", "model", "session_id"}
 
@@ -36,8 +44,20 @@ type mcpEpisode struct {
 	c   *oeConn // nil until the first tool call
 }
 
+// mcpServerKey carries a new session's server from mcpHandler to the
+// SDK's getServer.
+type mcpServerKey struct{}
+
 func (a *api) mcpHandler() http.Handler {
-	h := mcp.NewStreamableHTTPHandler(a.mcpServer, &mcp.StreamableHTTPOptions{
+	// The SDK asks for a server on every request (for its protocol
+	// versions); only a new session's initialize gets one of its own.
+	versions := mcp.NewServer(&mcp.Implementation{Name: "medgym", Version: "1"}, nil)
+	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		if srv, ok := r.Context().Value(mcpServerKey{}).(*mcp.Server); ok {
+			return srv
+		}
+		return versions
+	}, &mcp.StreamableHTTPOptions{
 		JSONResponse:        true,
 		SessionTimeout:      a.opt.SocketIdle,
 		MaxRequestBodyBytes: a.opt.MaxBody,
@@ -60,14 +80,6 @@ func (a *api) mcpHandler() http.Handler {
 			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed on /mcp (POST, DELETE)")
 			return
 		}
-		if r.Header.Get("Mcp-Session-Id") == "" {
-			// A new session: its task must exist (the SDK would answer a
-			// bare 400 otherwise).
-			if _, err := a.mcpRequest(r); err != nil {
-				a.fail(w, r, err)
-				return
-			}
-		}
 		// The body is read within the server's read timeout; then the call
 		// may wait for its step like /v1's.
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.opt.MaxBody))
@@ -79,6 +91,23 @@ func (a *api) mcpHandler() http.Handler {
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "malformed_body", "the body could not be read: it did not arrive within the server's read timeout, or the client went away")
 			return
+		}
+		if r.Header.Get("Mcp-Session-Id") == "" {
+			// A new session: an initialize, of a task that exists, with a
+			// slot free.
+			var m struct {
+				Method string `json:"method"`
+			}
+			if json.Unmarshal(body, &m) != nil || m.Method != "initialize" {
+				writeError(w, http.StatusBadRequest, "bad_request", "a request without Mcp-Session-Id must be an initialize (one JSON-RPC request, not a batch)")
+				return
+			}
+			srv, err := a.mcpServer(r)
+			if err != nil {
+				a.fail(w, r, err)
+				return
+			}
+			r = r.WithContext(context.WithValue(r.Context(), mcpServerKey{}, srv))
 		}
 		a.holdOpen(w)
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -130,28 +159,27 @@ func (a *api) mcpRequest(r *http.Request) (session.CreateRequest, error) {
 		req.Options.MaxTurns = &n
 	}
 	req.Options.RunID, req.Options.Model = q.Get("run_id"), q.Get("model")
-	if _, err := a.s.Prompt(req); err != nil {
-		return req, err
-	}
 	return req, nil
 }
 
 // mcpServer is a new MCP session's server: the task's tools over one
-// medgym session. nil refuses the session (mcpHandler checked it first).
-func (a *api) mcpServer(r *http.Request) *mcp.Server {
+// medgym session. It holds a slot of the cap until the session ends
+// (DELETE, or idle for SessionTimeout), or, never initialized, for
+// mcpInitWait.
+func (a *api) mcpServer(r *http.Request) (*mcp.Server, error) {
 	req, err := a.mcpRequest(r)
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	p, err := a.s.Prompt(req)
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	ep := &mcpEpisode{req: req}
 	if id := r.URL.Query().Get("session_id"); id != "" {
 		s, err := a.s.Get(r.Context(), id)
 		if err != nil {
-			return nil
+			return nil, err
 		}
 		ep.c = &oeConn{id: id, next: len(s.Steps), done: s.Score != nil}
 		p.Messages = s.State.Messages
@@ -160,14 +188,30 @@ func (a *api) mcpServer(r *http.Request) *mcp.Server {
 	for _, m := range p.Messages {
 		fmt.Fprintf(&instr, "[%s]\n%s\n\n", m.Role, m.Content)
 	}
-	srv := mcp.NewServer(&mcp.Implementation{Name: "medgym", Version: "1"}, &mcp.ServerOptions{Instructions: instr.String()})
+	select {
+	case a.mcpLive <- struct{}{}:
+	default:
+		return nil, fmt.Errorf("%w: %d MCP sessions are live (end one: DELETE /mcp with its Mcp-Session-Id)", session.ErrTooMany, cap(a.mcpLive))
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { <-a.mcpLive }) }
+	unready := time.AfterFunc(mcpInitWait, release)
+	srv := mcp.NewServer(&mcp.Implementation{Name: "medgym", Version: "1"}, &mcp.ServerOptions{Instructions: instr.String(),
+		InitializedHandler: func(_ context.Context, req *mcp.InitializedRequest) {
+			if unready.Stop() {
+				go func() {
+					_ = req.Session.Wait()
+					release()
+				}()
+			}
+		}})
 	for _, t := range p.Tools {
 		srv.AddTool(&mcp.Tool{Name: t.Function.Name, Description: t.Function.Description, InputSchema: t.Function.Parameters},
 			func(ctx context.Context, call *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 				return a.mcpCall(ctx, ep, call.Params.Name, call.Params.Arguments), nil
 			})
 	}
-	return srv
+	return srv, nil
 }
 
 // mcpCall plays one tool call as the episode's next step. A medgym error
