@@ -17,6 +17,7 @@ import (
 
 	"github.com/medgym/medgym/agent"
 	"github.com/medgym/medgym/services/env/internal/httpapi"
+	"github.com/medgym/medgym/services/env/internal/session"
 )
 
 // doorServer is the API (token "tok") over the fake sessions; every body
@@ -449,5 +450,56 @@ func TestMCPSessionCap(t *testing.T) {
 			t.Fatalf("no slot after the first session ended: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// slowSessions holds a step whose reply is "slow" until release closes.
+type slowSessions struct {
+	fakeSessions
+	release chan struct{}
+}
+
+func (f slowSessions) Step(ctx context.Context, id string, r session.StepRequest) (session.StepResult, error) {
+	if r.Content == "slow" {
+		<-f.release
+	}
+	return f.fakeSessions.Step(ctx, id, r)
+}
+
+// TestOpenEnvSocketPingsDuringAStep: while a step waits for its execution,
+// the server still answers the client's pings (OpenEnv's client closes a
+// socket whose pings go unanswered for 20 s) and its idle clock is
+// stopped; the step's answer then arrives.
+func TestOpenEnvSocketPingsDuringAStep(t *testing.T) {
+	f := slowSessions{release: make(chan struct{})}
+	srv := httptest.NewServer(httpapi.Handler(f, fakeCatalog{}, httpapi.Options{SocketIdle: 200 * time.Millisecond}))
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/openenv/ws?session_id=s1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type":"step","data":{"content":"slow"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	answer := make(chan []byte, 1)
+	go func() {
+		_, b, _ := ws.Read(ctx) // also reads the pongs
+		answer <- b
+	}()
+	for range 3 { // longer than SocketIdle in all
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		err := ws.Ping(pctx)
+		pcancel()
+		if err != nil {
+			t.Fatalf("a ping during a step: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(f.release)
+	if b := <-answer; !strings.Contains(string(b), `"type":"observation"`) {
+		t.Fatalf("the step's answer: %s", b)
 	}
 }

@@ -384,34 +384,54 @@ func (a *api) oeSocket(w http.ResponseWriter, r *http.Request) {
 		_, c, err := a.oeOpen(ctx, oeReset{SessionID: resume})
 		if err != nil {
 			a.oeSend(ctx, ws, a.oeError(r, err))
-			_ = ws.Close(websocket.StatusPolicyViolation, "unknown session")
+			_ = ws.Close(websocket.StatusPolicyViolation, "the session to resume could not be opened")
 			return
 		}
 		cur = &c
 	}
-	for {
-		// An idle socket is closed with a reason (a cancelled Read would
-		// drop it without one).
-		idle := time.AfterFunc(a.opt.SocketIdle, func() {
-			_ = ws.Close(websocket.StatusPolicyViolation, "idle: no message within the server's limit")
-		})
-		typ, data, err := ws.Read(ctx)
+	// The reader keeps reading while a message is handled, so the client's
+	// pings are answered during a long step (OpenEnv's client gives up on a
+	// socket whose pings go unanswered for 20 s). The idle clock runs only
+	// while the server waits for the client: an idle socket is closed with
+	// a reason (a cancelled Read would drop it without one).
+	idle := time.AfterFunc(a.opt.SocketIdle, func() {
+		_ = ws.Close(websocket.StatusPolicyViolation, "idle: no message within the server's limit")
+	})
+	defer idle.Stop()
+	type frame struct {
+		typ  websocket.MessageType
+		data []byte
+	}
+	frames := make(chan frame)
+	go func() {
+		defer close(frames)
+		for {
+			typ, data, err := ws.Read(ctx)
+			if err != nil {
+				return // the client left, idled, or sent a frame over the limit (closed 1009 by Read)
+			}
+			select {
+			case frames <- frame{typ, data}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for f := range frames {
 		idle.Stop()
-		if err != nil {
-			return // the client left, idled, or sent a frame over the limit (closed 1009 by Read)
-		}
-		if typ != websocket.MessageText {
-			a.oeSend(ctx, ws, oeErr(oeInvalidJSON, "send text frames holding one JSON object"))
-			continue
-		}
-		reply, closing := a.oeHandle(r, cur, data, func(c *oeConn) { cur = c })
-		if closing {
-			_ = ws.Close(websocket.StatusNormalClosure, "")
-			return
+		reply := oeErr(oeInvalidJSON, "send text frames holding one JSON object")
+		if f.typ == websocket.MessageText {
+			var closing bool
+			reply, closing = a.oeHandle(r, cur, f.data, func(c *oeConn) { cur = c })
+			if closing {
+				_ = ws.Close(websocket.StatusNormalClosure, "")
+				return
+			}
 		}
 		if !a.oeSend(ctx, ws, reply) {
 			return
 		}
+		idle.Reset(a.opt.SocketIdle)
 	}
 }
 
