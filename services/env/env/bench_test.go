@@ -39,7 +39,9 @@ type benchEnv struct {
 	svc  *session.Service
 }
 
-func startBench(b *testing.B, maxSessions int) *benchEnv {
+// startBench starts the server (tweak adjusts its Config); the door tests
+// use it too.
+func startBench(b testing.TB, maxSessions int, tweak ...func(*Config)) *benchEnv {
 	b.Helper()
 	url := bustest.StartJetStream(b)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -80,6 +82,9 @@ func startBench(b *testing.B, maxSessions int) *benchEnv {
 	ready := make(chan string, 1)
 	cfg := Config{Addr: "127.0.0.1:0", Views: views, MaxSessions: maxSessions, Idle: time.Hour, Run: "bench",
 		Concurrency: 64, Ready: func(a string) { ready <- a }}
+	for _, f := range tweak {
+		f(&cfg)
+	}
 	env := &benchEnv{conn: conn}
 	go func() {
 		if err := Run(ctx, conn, cfg, log); err != nil && ctx.Err() == nil {
