@@ -5,7 +5,8 @@
 # requirements/env-base.txt over .venv (scripts/venv.sh, VENV_BASE), the medgym package is installed into it from
 # clients/python as a user would, then ruff and mypy over it, the extras' install check (scripts/check_extras.py) and
 # pytest clients/python/tests (the client, Gymnasium, TRL, schemathesis; the
-# other frameworks' adapter tests skip here: scripts/test-adapters.sh runs them in their own venvs).
+# other frameworks' adapter tests skip here: scripts/test-adapters.sh runs them in their own venvs), then
+# scripts/test-doors.sh (the OpenEnv and MCP doors with openenv's and mcp's own clients, in their venvs).
 # Needs bin/medgym (make build) and build/library (make library). PYTEST_ARGS adds pytest arguments, shell-quoted
 # (PYTEST_ARGS='-k "gym or limits"').
 set -euo pipefail
@@ -35,4 +36,6 @@ eval "extra=(${PYTEST_ARGS:-})"
 start=$(date +%s) rc=0
 .venv-env/bin/python -m pytest -p no:cacheprovider -q -rs "${extra[@]}" clients/python/tests || rc=$?
 echo "test-env: pytest clients/python/tests: exit $rc in $(( $(date +%s) - start ))s"
+# The OpenEnv and MCP doors, with those packages' own clients (each in a venv of its own over .venv-env).
+scripts/test-doors.sh || rc=1
 exit $rc

@@ -19,6 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/medgym/medgym/bus"
 	"github.com/medgym/medgym/bus/bustest"
 	"github.com/medgym/medgym/schemas"
@@ -36,7 +39,9 @@ type benchEnv struct {
 	svc  *session.Service
 }
 
-func startBench(b *testing.B, maxSessions int) *benchEnv {
+// startBench starts the server (tweak adjusts its Config); the door tests
+// use it too.
+func startBench(b testing.TB, maxSessions int, tweak ...func(*Config)) *benchEnv {
 	b.Helper()
 	url := bustest.StartJetStream(b)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -77,6 +82,9 @@ func startBench(b *testing.B, maxSessions int) *benchEnv {
 	ready := make(chan string, 1)
 	cfg := Config{Addr: "127.0.0.1:0", Views: views, MaxSessions: maxSessions, Idle: time.Hour, Run: "bench",
 		Concurrency: 64, Ready: func(a string) { ready <- a }}
+	for _, f := range tweak {
+		f(&cfg)
+	}
 	env := &benchEnv{conn: conn}
 	go func() {
 		if err := Run(ctx, conn, cfg, log); err != nil && ctx.Err() == nil {
@@ -126,20 +134,28 @@ func quantiles(d []time.Duration) (p50, p95 time.Duration) {
 }
 
 // BenchmarkStepOverhead: one step that executes nothing (a reply that does
-// not parse: the engine, the key-value round trip, the answer) over HTTP
-// and the same step called in-process; reports p50/p95 of each.
+// not parse: the engine, the key-value round trip, the answer) over HTTP,
+// over an OpenEnv WebSocket, as an MCP tool call (a call whose parameters
+// do not parse), and the same step called in-process; reports p50/p95 of
+// each.
 func BenchmarkStepOverhead(b *testing.B) {
 	env := startBench(b, 0)
 	create := map[string]any{"task_id": "npowerai-b-0", "options": map[string]any{"max_turns": 200, "loop_guard": "off"}}
-	for _, mode := range []string{"http", "in-process"} {
+	for _, mode := range []string{"http", "openenv-ws", "mcp", "in-process"} {
 		b.Run(mode, func(b *testing.B) {
 			var lat []time.Duration
 			var id string
 			turn := 0
+			var door stepper
 			fresh := func() {
-				if mode == "http" {
+				switch mode {
+				case "openenv-ws":
+					door = openenvStepper(b, env.url, create)
+				case "mcp":
+					door = mcpStepper(b, env.url+"/mcp?task_id=npowerai-b-0&max_turns=200&loop_guard=off")
+				case "http":
 					id = post(b, env.url+"/v1/sessions", create)["session_id"].(string)
-				} else {
+				default:
 					m := 200
 					c, err := env.svc.Create(context.Background(), session.CreateRequest{TaskID: "npowerai-b-0", Options: session.Options{MaxTurns: &m}})
 					if err != nil {
@@ -157,10 +173,15 @@ func BenchmarkStepOverhead(b *testing.B) {
 					b.StartTimer()
 				}
 				t0 := time.Now()
-				if mode == "http" {
+				switch mode {
+				case "http":
 					post(b, env.url+"/v1/sessions/"+id+"/step", map[string]any{"turn": turn, "content": "thinking, no action yet"})
-				} else if _, err := env.svc.Step(context.Background(), id, session.StepRequest{Turn: turn, Content: "thinking, no action yet"}); err != nil {
-					b.Fatal(err)
+				case "openenv-ws", "mcp":
+					door(turn)
+				default:
+					if _, err := env.svc.Step(context.Background(), id, session.StepRequest{Turn: turn, Content: "thinking, no action yet"}); err != nil {
+						b.Fatal(err)
+					}
 				}
 				lat = append(lat, time.Since(t0))
 				turn++
@@ -170,6 +191,51 @@ func BenchmarkStepOverhead(b *testing.B) {
 			b.ReportMetric(float64(p95.Microseconds()), "p95-µs")
 			fmt.Fprintf(os.Stderr, "step overhead %-10s p50 %v p95 %v (%d steps)\n", mode, p50, p95, len(lat))
 		})
+	}
+}
+
+// stepper plays one step that executes nothing at turn through a door.
+type stepper func(turn int)
+
+// openenvStepper opens a session over an OpenEnv WebSocket (closed with
+// the benchmark) and steps it.
+func openenvStepper(b *testing.B, base string, create map[string]any) stepper {
+	ctx := context.Background()
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(base, "http")+"/openenv/ws", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ws.CloseNow() })
+	send := func(msg any) {
+		j, _ := json.Marshal(msg)
+		if err := ws.Write(ctx, websocket.MessageText, j); err != nil {
+			b.Fatal(err)
+		}
+		if _, data, err := ws.Read(ctx); err != nil || !bytes.Contains(data, []byte(`"type":"observation"`)) {
+			b.Fatalf("openenv: %s %v", data, err)
+		}
+	}
+	send(map[string]any{"type": "reset", "data": create})
+	return func(turn int) {
+		send(map[string]any{"type": "step", "data": map[string]any{"turn": turn, "content": "thinking, no action yet"}})
+	}
+}
+
+// mcpStepper opens an MCP session of endpoint and calls a tool with
+// parameters that do not parse (the session opens with the first call).
+func mcpStepper(b *testing.B, endpoint string) stepper {
+	ctx := context.Background()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(ctx,
+		&mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: client, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cs.Close() })
+	return func(int) {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "validate_code", Arguments: map[string]any{}})
+		if err != nil || res.IsError {
+			b.Fatalf("mcp: %v %+v", err, res)
+		}
 	}
 }
 

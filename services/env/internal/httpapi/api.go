@@ -52,16 +52,24 @@ type Options struct {
 	// execution or a score, may keep their connection once their body is
 	// read: it replaces the server's read and write deadlines for them.
 	LongWait time.Duration
-	Log      *slog.Logger
+	// SocketIdle bounds how long an OpenEnv WebSocket waits for its next
+	// message, and how long an idle MCP session lives (DefaultSocketIdle).
+	SocketIdle time.Duration
+	// MaxMCPSessions caps the live MCP sessions (DefaultMaxMCPSessions);
+	// more get 429 too_many_sessions.
+	MaxMCPSessions int
+	Log            *slog.Logger
 }
 
 // DefaultMaxBody is the default request body limit.
 const DefaultMaxBody = 1 << 20
 
 type api struct {
-	s   Sessions
-	cat session.Catalog
-	opt Options
+	s       Sessions
+	cat     session.Catalog
+	opt     Options
+	mcp     http.Handler  // the MCP door (mcp.go)
+	mcpLive chan struct{} // a slot per live MCP session
 }
 
 // Handler returns the API.
@@ -75,7 +83,14 @@ func Handler(s Sessions, cat session.Catalog, opt Options) http.Handler {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	a := &api{s: s, cat: cat, opt: opt}
+	if opt.SocketIdle <= 0 {
+		opt.SocketIdle = DefaultSocketIdle
+	}
+	if opt.MaxMCPSessions <= 0 {
+		opt.MaxMCPSessions = DefaultMaxMCPSessions
+	}
+	a := &api{s: s, cat: cat, opt: opt, mcpLive: make(chan struct{}, opt.MaxMCPSessions)}
+	a.mcp = a.mcpHandler()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", a.methods(map[string]http.HandlerFunc{http.MethodGet: a.health}))
 	mux.HandleFunc("/openapi.json", a.methods(map[string]http.HandlerFunc{http.MethodGet: a.openapi}))
@@ -84,8 +99,10 @@ func Handler(s Sessions, cat session.Catalog, opt Options) http.Handler {
 	mux.HandleFunc("/v1/sessions", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodPost: a.create})))
 	mux.HandleFunc("/v1/sessions/{id}", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodGet: a.get, http.MethodDelete: a.close})))
 	mux.HandleFunc("/v1/sessions/{id}/step", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodPost: a.step})))
+	mux.Handle("/mcp", a.authHandler(a.mcp))
+	a.openenvRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/v1/") && !a.authorized(r) {
+		if (strings.HasPrefix(r.URL.Path, "/v1/") || strings.HasPrefix(r.URL.Path, OpenEnvPrefix+"/")) && !a.authorized(r) {
 			a.unauthorized(w)
 			return
 		}
@@ -153,6 +170,8 @@ func (a *api) unauthorized(w http.ResponseWriter) {
 	writeError(w, http.StatusUnauthorized, "unauthorized", "this server requires a bearer token (Authorization: Bearer TOKEN)")
 }
 
+func (a *api) authHandler(h http.Handler) http.Handler { return a.auth(h.ServeHTTP) }
+
 func (a *api) auth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !a.authorized(r) {
@@ -191,42 +210,56 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, e)
 }
 
-// fail maps a domain error to its status and code.
+// fail maps a domain error to its status and code and writes it.
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+	e := a.classify(r.Context(), r.Method+" "+r.URL.Path, err)
+	if e.retry {
+		w.Header().Set("Retry-After", strconv.Itoa(a.opt.RetryAfter))
+	}
+	writeError(w, e.status, e.code, e.msg)
+}
+
+// apiError is a domain error in the API's terms.
+type apiError struct {
+	status    int
+	code, msg string
+	retry     bool // the client may retry after RetryAfter
+}
+
+// classify maps a domain error to its status, code and message (every
+// door answers the same error alike).
+func (a *api) classify(ctx context.Context, where string, err error) apiError {
 	retry := strconv.Itoa(a.opt.RetryAfter)
 	var te *session.TurnError
 	switch {
 	case errors.As(err, &te):
-		writeError(w, http.StatusConflict, "turn_out_of_order", err.Error())
+		return apiError{status: http.StatusConflict, code: "turn_out_of_order", msg: err.Error()}
 	case errors.Is(err, session.ErrUnknownSession):
-		writeError(w, http.StatusNotFound, "unknown_session", err.Error())
+		return apiError{status: http.StatusNotFound, code: "unknown_session", msg: err.Error()}
 	case errors.Is(err, session.ErrUnknownTask):
-		writeError(w, http.StatusNotFound, "unknown_task", err.Error())
+		return apiError{status: http.StatusNotFound, code: "unknown_task", msg: err.Error()}
 	case errors.Is(err, session.ErrUnknownDataset):
-		writeError(w, http.StatusNotFound, "unknown_dataset", err.Error())
+		return apiError{status: http.StatusNotFound, code: "unknown_dataset", msg: err.Error()}
 	case errors.Is(err, session.ErrAmbiguousTask):
-		writeError(w, http.StatusBadRequest, "ambiguous_task", err.Error())
+		return apiError{status: http.StatusBadRequest, code: "ambiguous_task", msg: err.Error()}
 	case errors.Is(err, session.ErrInvalid):
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return apiError{status: http.StatusBadRequest, code: "bad_request", msg: err.Error()}
 	case errors.Is(err, session.ErrDone):
-		writeError(w, http.StatusConflict, "session_done", err.Error())
+		return apiError{status: http.StatusConflict, code: "session_done", msg: err.Error()}
 	case errors.Is(err, session.ErrRunExists):
-		writeError(w, http.StatusConflict, "run_exists", err.Error())
+		return apiError{status: http.StatusConflict, code: "run_exists", msg: err.Error()}
 	case errors.Is(err, session.ErrTooMany):
-		w.Header().Set("Retry-After", retry)
-		writeError(w, http.StatusTooManyRequests, "too_many_sessions", err.Error()+"; retry after "+retry+" s")
+		return apiError{status: http.StatusTooManyRequests, code: "too_many_sessions", msg: err.Error() + "; retry after " + retry + " s", retry: true}
 	case errors.Is(err, session.ErrStepTimeout):
-		w.Header().Set("Retry-After", retry)
-		writeError(w, http.StatusGatewayTimeout, "step_timeout", err.Error())
-	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		return apiError{status: http.StatusGatewayTimeout, code: "step_timeout", msg: err.Error(), retry: true}
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		// The client went away; nobody reads this.
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "request cancelled")
-	default:
-		// The cause is the operator's (logged), not the client's.
-		a.opt.Log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		w.Header().Set("Retry-After", retry)
-		writeError(w, http.StatusServiceUnavailable, "unavailable", "the server could not complete the request (its bus or key-value store did not answer); retry after "+retry+" s")
+		return apiError{status: http.StatusServiceUnavailable, code: "unavailable", msg: "request cancelled"}
 	}
+	// The cause is the operator's (logged), not the client's.
+	a.opt.Log.Error("request failed", "request", where, "err", err)
+	return apiError{status: http.StatusServiceUnavailable, code: "unavailable", retry: true,
+		msg: "the server could not complete the request (its bus or key-value store did not answer); retry after " + retry + " s"}
 }
 
 // decode reads a JSON body strictly into v; it writes the error itself.
@@ -633,6 +666,11 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	writeJSON(w, http.StatusOK, statusOf(s))
+}
+
+// statusOf is where a session stands (GET /v1/sessions/{id}).
+func statusOf(s session.Session) statusBody {
 	req := s.State.Request
 	b := statusBody{SessionID: s.ID, RunID: req.RunID, EpisodeID: req.EpisodeID, TaskID: req.Task.ID, Turn: len(s.Steps),
 		Done: s.Score != nil, Executing: s.Executing(), Messages: s.State.Messages, Tags: s.Tags,
@@ -644,7 +682,7 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 		b.Outcome, b.Reward = string(sc.Outcome), &sc.Reward
 		b.Row = &session.Row{RunID: sc.RunID, EpisodeID: sc.EpisodeID, Dataset: sc.Dataset, Store: sc.Store, VerifierVersion: sc.VerifierVersion}
 	}
-	writeJSON(w, http.StatusOK, b)
+	return b
 }
 
 func (a *api) close(w http.ResponseWriter, r *http.Request) {
