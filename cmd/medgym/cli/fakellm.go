@@ -31,11 +31,12 @@ func cmdFakeLLM(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	seed := fs.Int64("seed", 1, "seed")
 	model := fs.String("model", "medgym-fake", "model name served (LoRA adapters loaded at run time are served too)")
 	data := fs.String("data", tasks.DataRoot(), "shared data root (for reference solutions)")
-	datasets := fs.String("dataset", "medcalcbench", "datasets whose reference solutions the reference policy knows")
+	library := fs.String("library", tasks.LibraryDir(), "generated task library, for the reference solutions of the generated datasets (env MEDGYM_LIBRARY)")
+	datasets := fs.String("dataset", "medcalcbench", "datasets whose reference solutions the reference policy knows, comma separated (every built-in one: medcalcbench needs only --data, the others the generated --library)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	refs, err := ReferenceIndex(ctx, *data, splitList(*datasets))
+	refs, err := referenceIndex(ctx, *data, *library, splitList(*datasets))
 	if err != nil {
 		return err
 	}
@@ -65,10 +66,15 @@ func cmdFakeLLM(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // ReferenceIndex lets the fake model find a task's reference solution from
 // the goal text it is sent (the first user message contains the question).
 func ReferenceIndex(ctx context.Context, data string, datasets []string) (func(goal string) (string, bool), error) {
+	return referenceIndex(ctx, data, "", datasets)
+}
+
+// referenceIndex is ReferenceIndex over the generated library too.
+func referenceIndex(ctx context.Context, data, library string, datasets []string) (func(goal string) (string, bool), error) {
 	var all []tasks.Task
 	for _, ds := range datasets {
 		for _, sp := range []string{"test", "train"} {
-			ts, err := tasks.Load(ctx, tasks.Source{Dataset: ds, Split: sp, DataRoot: data})
+			ts, err := tasks.Load(ctx, tasks.Source{Dataset: ds, Split: sp, DataRoot: data, LibraryDir: library})
 			if err != nil {
 				return nil, err
 			}
