@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """check_extras.py: every extra of clients/python (medgym[gym], [trl], [skyrl], [verifiers], [verl], [openrlhf])
-resolves with requirements/constraints.txt in a fresh venv, to the versions the adapters are tested with.
+resolves with its constraints file (requirements/constraints.txt, or constraints-<framework>.txt: scripts/constraints.py)
+in a fresh venv, to the versions the adapters are tested with.
 
 1. Resolution, for each extra: ``pip install --dry-run --report`` of ``clients/python[extra]`` with the constraints
    in a fresh venv (pip resolves from PyPI's metadata: nothing is downloaded but metadata, nothing installed). Every
@@ -31,7 +32,6 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import constraints  # noqa: E402
 
 CLIENT = ROOT / "clients" / "python"
-CONSTRAINTS = ROOT / "requirements" / "constraints.txt"
 NO_DEPS = {"verl": "verl", "openrlhf": "openrlhf"}  # the extras whose framework is installed with --no-deps
 IMPORTS = {"gym": "medgym.gym", "skyrl": "medgym.skyrl", "trl": "medgym.trl", "verifiers": "medgym.verifiers_env"}
 PIP = ["-m", "pip", "--disable-pip-version-check", "--no-input"]
@@ -51,10 +51,10 @@ def venv(path: Path) -> Path:
     return py
 
 
-def resolve(py: Path, report: Path, *args: str) -> list[dict]:
+def resolve(py: Path, report: Path, extra: str, *args: str) -> list[dict]:
     subprocess.run(
         [str(py), *PIP, "install", "--quiet", "--dry-run", "--ignore-installed", "--no-build-isolation",
-         "--report", str(report), "-c", str(CONSTRAINTS), *args],
+         "--report", str(report), "-c", str(constraints.output(extra)), *args],
         check=True,
     )
     return json.loads(report.read_text())["install"]
@@ -85,7 +85,6 @@ def check(extra: str, reqs: list[str], installed: list[dict], pins: dict) -> lis
 
 
 def main() -> int:
-    pins = constraints.pins()
     declared = extras()
     names = os.environ.get("EXTRAS", "gym trl skyrl verifiers verl openrlhf").split()
     real = os.environ.get("INSTALL", "gym skyrl").split()
@@ -99,11 +98,12 @@ def main() -> int:
             t = time.monotonic()
             if extra not in declared:
                 return [f"[{extra}] clients/python/pyproject.toml has no such extra"]
-            installed = resolve(py, Path(tmp) / f"{extra}.json", f"{CLIENT}[{extra}]")
+            pins = constraints.pins(extra=extra)
+            installed = resolve(py, Path(tmp) / f"{extra}.json", extra, f"{CLIENT}[{extra}]")
             found = check(extra, declared[extra], installed, pins)
             if extra in NO_DEPS:
                 fw = NO_DEPS[extra]
-                found += check(extra, [fw], resolve(py, Path(tmp) / f"{fw}.json", "--no-deps", fw), pins)
+                found += check(extra, [fw], resolve(py, Path(tmp) / f"{fw}.json", extra, "--no-deps", fw), pins)
             print(f"check-extras: [{extra}] resolved ({len(installed)} packages) in {time.monotonic() - t:.0f}s",
                   flush=True)
             return found
@@ -113,7 +113,7 @@ def main() -> int:
             for extra in real:  # one after another: each builds the client in its source tree
                 t = time.monotonic()
                 vpy = venv(Path(tmp) / f"install-{extra}")
-                subprocess.run([str(vpy), *PIP, "install", "--quiet", "--no-build-isolation", "-c", str(CONSTRAINTS),
+                subprocess.run([str(vpy), *PIP, "install", "--quiet", "--no-build-isolation", "-c", str(constraints.output(extra)),
                                 f"{CLIENT}[{extra}]"], check=True)
                 r = subprocess.run([str(vpy), "-c", f"import {IMPORTS[extra]}"], cwd=tmp, capture_output=True,
                                    text=True)
