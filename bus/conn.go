@@ -174,6 +174,10 @@ func dial(url, name string, log *slog.Logger, cfg connectConfig) (*Conn, error) 
 			}
 			if isPermissionViolation(err) {
 				refused.note(err)
+				if isOrderedCleanup(err) {
+					log.Debug("nats refused deleting a consumer; it expires once inactive", "err", err)
+					return
+				}
 				log.Error("nats refused an operation this user is not allowed (see deploy/nats)", "auth", cfg.auth.String(), "subscription", subj, "err", err)
 				return
 			}

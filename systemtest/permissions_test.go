@@ -81,7 +81,7 @@ func permMatrix() []permCase {
 			`{"stream_name":"MEDGYM_SCORES","config":{"name":"follow-probe","filter_subject":"medgym.episode.scored.probe",` +
 				`"ack_policy":"none","mem_storage":true,"inactive_threshold":60000000000}}`, followers},
 		{"", "$JS.API.CONSUMER.MSG.NEXT." + scores + ".follow-probe", fetchNoWait, followers},
-		{"", "$JS.API.CONSUMER.DELETE." + scores + ".follow-probe", "", followers},
+		{"delete a consumer (a follower's name is not its user's: it expires once inactive)", "$JS.API.CONSUMER.DELETE." + scores + ".follow-probe", "", nil},
 		{"an ephemeral consumer without the filter in the subject", "$JS.API.CONSUMER.CREATE." + scores,
 			`{"stream_name":"MEDGYM_SCORES","config":{"name":"follow-probe2","ack_policy":"none"}}`, nil},
 		{"write a run record", "$KV." + schemas.BucketRuns + ".probe", `{}`, []string{"dispatcher", "env-server"}},
