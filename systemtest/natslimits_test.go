@@ -20,28 +20,20 @@ import (
 	"github.com/medgym/medgym/schemas"
 )
 
-// deployAccountLimit reads one of the MEDGYM account's limits from
-// deploy/nats/auth.conf (auth-nkeys.conf must say the same).
+// deployAccountLimit reads one of the limits deploy/nats/permissions.conf
+// sets for the accounts of auth.conf and auth-nkeys.conf.
 func deployAccountLimit(t *testing.T, name string) int {
 	t.Helper()
-	re := regexp.MustCompile(`(?m)^\s*` + name + `:\s*(\d+)\s*$`)
-	var n []int
-	for _, f := range []string{"auth.conf", "auth-nkeys.conf"} {
-		b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "nats", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := re.FindSubmatch(b)
-		if m == nil {
-			t.Fatalf("deploy/nats/%s sets no %s for account MEDGYM", f, name)
-		}
-		v, _ := strconv.Atoi(string(m[1]))
-		n = append(n, v)
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "nats", "permissions.conf"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if n[0] != n[1] {
-		t.Fatalf("%s: auth.conf says %d, auth-nkeys.conf %d", name, n[0], n[1])
+	m := regexp.MustCompile(`(?m)^\s*` + name + `:\s*(\d+)\s*$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("deploy/nats/permissions.conf sets no %s", name)
 	}
-	return n[0]
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
 }
 
 // TestDeployNATSLimits runs nats-server with deploy/nats's config and
@@ -171,8 +163,9 @@ func TestDeployNATSLimits(t *testing.T) {
 	}
 	nc.Close()
 
-	// Connections: the account's limit, then refused. The connections
-	// this test holds (admin's and three users'; nc is closed) count.
+	// Connections: the account's limit, then refused. The three users'
+	// connections this test holds count (nc is closed; admin logs into the
+	// account that holds JetStream).
 	maxConns := deployAccountLimit(t, "max_connections")
 	var open []*nats.Conn
 	defer func() {
@@ -190,9 +183,9 @@ func TestDeployNATSLimits(t *testing.T) {
 		open = append(open, c)
 	}
 	if connErr == nil || !strings.Contains(strings.ToLower(connErr.Error()), "maximum account active connections exceeded") {
-		t.Fatalf("connection %d past max_connections %d: %v", len(open)+len(conns)+1, maxConns, connErr)
+		t.Fatalf("connection %d past max_connections %d: %v", len(open)+len(conns), maxConns, connErr)
 	}
-	if held := len(open) + len(conns); held != maxConns {
+	if held := len(open) + len(conns) - 1; held != maxConns {
 		t.Fatalf("the account held %d connections, want max_connections %d", held, maxConns)
 	}
 }
