@@ -78,6 +78,8 @@ type connectConfig struct {
 	waitFor time.Duration
 
 	provision ProvisionMode
+	// blobBucket: the object store payloads are offloaded to (WithBlobService).
+	blobBucket string
 
 	// Start only.
 	streams         StreamOptions
@@ -193,7 +195,7 @@ func dial(url, name string, log *slog.Logger, cfg connectConfig) (*Conn, error) 
 		nc.Close()
 		return nil, fmt.Errorf("jetstream on %s: %w", schemas.RedactURL(url), err)
 	}
-	return &Conn{nc: nc, js: js, log: log, creates: cfg.provision.creates(url, cfg.auth), refused: refused}, nil
+	return &Conn{nc: nc, js: js, log: log, creates: cfg.provision.creates(url, cfg.auth), refused: refused, blobs: blobs{bucket: cfg.blobBucket}}, nil
 }
 
 func connectError(url string, err error) error {

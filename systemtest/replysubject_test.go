@@ -123,7 +123,8 @@ func TestDeployNATSReplySubjects(t *testing.T) {
 
 	// sandbox-worker: a result body written as a blob chunk, pushed by its
 	// own consumer to a result subject it listens on.
-	if _, err := sandbox.Request("$O."+schemas.BucketBlobs+".C.forge", []byte(`{"run_id":"r9","episode_id":"r9--e1"}`), 10*time.Second); err != nil {
+	chunks := schemas.BlobBucket("sandbox-worker")
+	if _, err := sandbox.Request("$O."+chunks+".C.forge", []byte(`{"run_id":"r9","episode_id":"r9--e1"}`), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sandbox.SubscribeSync(schemas.EpisodeCompleted.For("r9")); err != nil {
@@ -133,9 +134,9 @@ func TestDeployNATSReplySubjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	resultsBefore := count(schemas.StreamResults)
-	push := `{"stream_name":"OBJ_MEDGYM_BLOBS","config":{"name":"push-forge","filter_subject":"$O.MEDGYM_BLOBS.C.forge",` +
+	push := `{"stream_name":"OBJ_` + chunks + `","config":{"name":"push-forge","filter_subject":"$O.` + chunks + `.C.forge",` +
 		`"deliver_subject":"` + schemas.EpisodeCompleted.For("r9") + `","ack_policy":"none"}}`
-	reply, err := sandbox.Request("$JS.API.CONSUMER.CREATE.OBJ_"+schemas.BucketBlobs+".push-forge.$O."+schemas.BucketBlobs+".C.forge", []byte(push), 10*time.Second)
+	reply, err := sandbox.Request("$JS.API.CONSUMER.CREATE.OBJ_"+chunks+".push-forge.$O."+chunks+".C.forge", []byte(push), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,12 +160,12 @@ func TestDeployNATSReplySubjects(t *testing.T) {
 	if err := conns["verifier"].PutBlob(ctx, "victim", blob); err != nil {
 		t.Fatal(err)
 	}
-	meta := "$O." + schemas.BucketBlobs + ".M." + base64.URLEncoding.EncodeToString([]byte("victim"))
+	meta := "$O." + conns["verifier"].BlobBucket() + ".M." + base64.URLEncoding.EncodeToString([]byte("victim"))
 	if err := client.PublishRequest("$JS.API.INFO", meta, nil); err != nil {
 		t.Fatal(err)
 	}
 	settled(client)
-	if b, err := conns["dispatcher"].GetBlob(ctx, "victim"); err != nil || !bytes.Equal(b, blob) {
+	if b, err := conns["dispatcher"].GetBlobIn(ctx, conns["verifier"].BlobBucket(), "victim"); err != nil || !bytes.Equal(b, blob) {
 		t.Fatalf("the blob after an API answer over its meta: %v (%d bytes of %d)", err, len(b), len(blob))
 	}
 }
