@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
+	"github.com/medgym/medgym/bus/bustest"
 	"github.com/medgym/medgym/schemas"
 )
 
@@ -41,17 +40,14 @@ func TestDeployNATSBlobStores(t *testing.T) {
 
 	// The sandbox-worker tries to purge the store's chunks and to replace
 	// the object's meta with a deleted one: both refused.
-	refusals := make(chan error, 4)
-	sandbox, err := nats.Connect(url, nats.UserInfo("sandbox-worker", pw["sandbox-worker"].Password), nats.NoReconnect(),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { refusals <- err }))
+	sandbox, err := bustest.DialRaw(url, "sandbox-worker", pw["sandbox-worker"].Password)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sandbox.Close()
-	deleted := nats.NewMsg("$O." + store + ".M." + base64.URLEncoding.EncodeToString([]byte("payload")))
-	deleted.Header.Set("Nats-Rollup", "sub")
-	deleted.Data = []byte(`{"name":"payload","bucket":"` + store + `","deleted":true}`)
-	if err := sandbox.PublishMsg(deleted); err != nil {
+	meta := "$O." + store + ".M." + base64.URLEncoding.EncodeToString([]byte("payload"))
+	if err := sandbox.PublishHeaders(meta, map[string]string{"Nats-Rollup": "sub"},
+		[]byte(`{"name":"payload","bucket":"`+store+`","deleted":true}`)); err != nil {
 		t.Fatal(err)
 	}
 	if err := sandbox.PublishRequest("$JS.API.STREAM.PURGE.OBJ_"+store, "_INBOX.purge", []byte(`{}`)); err != nil {
@@ -59,7 +55,7 @@ func TestDeployNATSBlobStores(t *testing.T) {
 	}
 	for range 2 {
 		select {
-		case err := <-refusals:
+		case err := <-sandbox.Errors():
 			if !errorsIsPermission(err) {
 				t.Fatalf("sandbox-worker: %v, want a permissions violation", err)
 			}

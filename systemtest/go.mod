@@ -32,7 +32,6 @@ require (
 	github.com/medgym/medgym/services/verifier v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/store v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/tasks v0.0.0-00010101000000-000000000000
-	github.com/nats-io/nats.go v1.55.0
 	go.yaml.in/yaml/v3 v3.0.5
 )
 
@@ -88,6 +87,7 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/nats-io/jwt/v2 v2.8.3 // indirect
 	github.com/nats-io/nats-server/v2 v2.15.3 // indirect
+	github.com/nats-io/nats.go v1.55.0 // indirect
 	github.com/nats-io/nkeys v0.4.17 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect

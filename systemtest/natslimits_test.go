@@ -14,9 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/bus/bustest"
 	"github.com/medgym/medgym/schemas"
 )
 
@@ -136,25 +135,19 @@ func TestDeployNATSLimits(t *testing.T) {
 
 	// Subscriptions: one connection may not hold more than the account's.
 	maxSubs := deployAccountLimit(t, "max_subscriptions")
-	subErr := make(chan error, 1)
-	nc, err := nats.Connect(url, nats.UserInfo("client", pw["client"].Password), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		select {
-		case subErr <- err:
-		default:
-		}
-	}))
+	nc, err := bustest.DialRaw(url, "client", pw["client"].Password)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
 	for i := range maxSubs + 1 {
-		if _, err := nc.Subscribe(fmt.Sprintf("_INBOX.flood.%d", i), func(*nats.Msg) {}); err != nil {
+		if err := nc.Subscribe(fmt.Sprintf("_INBOX.flood.%d", i)); err != nil {
 			t.Fatalf("subscription %d: %v", i, err)
 		}
 	}
 	_ = nc.Flush()
 	select {
-	case err := <-subErr:
+	case err := <-nc.Errors():
 		if !strings.Contains(strings.ToLower(err.Error()), "maximum subscriptions exceeded") {
 			t.Fatalf("past max_subscriptions: %v", err)
 		}
@@ -167,7 +160,7 @@ func TestDeployNATSLimits(t *testing.T) {
 	// connections this test holds count (nc is closed; admin logs into the
 	// account that holds JetStream).
 	maxConns := deployAccountLimit(t, "max_connections")
-	var open []*nats.Conn
+	var open []*bustest.Raw
 	defer func() {
 		for _, c := range open {
 			c.Close()
@@ -175,7 +168,7 @@ func TestDeployNATSLimits(t *testing.T) {
 	}()
 	var connErr error
 	for range maxConns + 1 {
-		c, err := nats.Connect(url, nats.UserInfo("client", pw["client"].Password), nats.NoReconnect())
+		c, err := bustest.DialRaw(url, "client", pw["client"].Password)
 		if err != nil {
 			connErr = err
 			break

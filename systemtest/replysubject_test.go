@@ -9,8 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
+	"github.com/medgym/medgym/bus/bustest"
 	"github.com/medgym/medgym/schemas"
 )
 
@@ -33,8 +32,8 @@ func TestDeployNATSReplySubjects(t *testing.T) {
 	url, pw := startDeployNATS(t, false)
 	log := slog.New(slog.NewTextHandler(&syncBuffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	conns := provisionAndConnect(t, ctx, url, pw, log, "dispatcher", "verifier", "sandbox-worker")
-	raw := func(user string) *nats.Conn {
-		nc, err := nats.Connect(url, nats.UserInfo(user, pw[user].Password), nats.NoReconnect())
+	raw := func(user string) *bustest.Raw {
+		nc, err := bustest.DialRaw(url, user, pw[user].Password)
 		if err != nil {
 			t.Fatalf("%s: %v", user, err)
 		}
@@ -43,14 +42,14 @@ func TestDeployNATSReplySubjects(t *testing.T) {
 	}
 	client, dispatcher, trainer, sandbox := raw("client"), raw("dispatcher"), raw("trainer"), raw("sandbox-worker")
 	count := func(stream string) uint64 { return streamMsgsOf(t, ctx, conns["admin"], stream) }
-	// answered waits for a request's answer on reply, which sub (on reply)
-	// receives.
-	answered := func(nc *nats.Conn, subject, reply string, body []byte, sub *nats.Subscription) *nats.Msg {
+	// answered waits for a request's answer on reply, which next (a
+	// listener on reply) receives.
+	answered := func(nc *bustest.Raw, subject, reply string, body []byte, next func(time.Duration) ([]byte, error)) []byte {
 		t.Helper()
 		if err := nc.PublishRequest(subject, reply, body); err != nil {
 			t.Fatal(err)
 		}
-		m, err := sub.NextMsg(10 * time.Second)
+		m, err := next(10 * time.Second)
 		if err != nil {
 			t.Fatalf("%s answered to %s: %v", subject, reply, err)
 		}
@@ -58,7 +57,7 @@ func TestDeployNATSReplySubjects(t *testing.T) {
 	}
 	// settled sends a request of nc's to its own inbox and waits for the
 	// answer: the requests nc sent before it have been answered.
-	settled := func(nc *nats.Conn) {
+	settled := func(nc *bustest.Raw) {
 		t.Helper()
 		if _, err := nc.Request("$JS.API.INFO", nil, 10*time.Second); err != nil {
 			t.Fatal(err)
@@ -71,11 +70,8 @@ func TestDeployNATSReplySubjects(t *testing.T) {
 	if _, err := dispatcher.Request("$KV."+schemas.BucketRuns+".victim", record, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	listener, err := trainer.SubscribeSync(schemas.EpisodeScored.For("r9"))
+	listener, err := trainer.Listen(schemas.EpisodeScored.For("r9"))
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := trainer.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	scoresBefore := count(schemas.StreamScores)
@@ -98,8 +94,8 @@ func TestDeployNATSReplySubjects(t *testing.T) {
 	}
 	m := answered(dispatcher, "$JS.API.DIRECT.GET.KV_"+schemas.BucketCompletions+".$KV."+schemas.BucketCompletions+".forge",
 		schemas.EpisodeScored.For("r9"), nil, listener)
-	if string(m.Data) != forged {
-		t.Fatalf("the direct get's answer: %q", m.Data)
+	if string(m) != forged {
+		t.Fatalf("the direct get's answer: %q", m)
 	}
 	if n := count(schemas.StreamScores); n != scoresBefore {
 		t.Fatalf("%s went from %d to %d messages after the dispatcher's direct get answered to a score subject", schemas.StreamScores, scoresBefore, n)
@@ -127,10 +123,7 @@ func TestDeployNATSReplySubjects(t *testing.T) {
 	if _, err := sandbox.Request("$O."+chunks+".C.forge", []byte(`{"run_id":"r9","episode_id":"r9--e1"}`), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sandbox.SubscribeSync(schemas.EpisodeCompleted.For("r9")); err != nil {
-		t.Fatal(err)
-	}
-	if err := sandbox.Flush(); err != nil {
+	if _, err := sandbox.Listen(schemas.EpisodeCompleted.For("r9")); err != nil {
 		t.Fatal(err)
 	}
 	resultsBefore := count(schemas.StreamResults)
@@ -144,11 +137,11 @@ func TestDeployNATSReplySubjects(t *testing.T) {
 		PushBound bool `json:"push_bound"`
 		Error     any  `json:"error"`
 	}
-	if err := json.Unmarshal(reply.Data, &ci); err != nil {
+	if err := json.Unmarshal(reply, &ci); err != nil {
 		t.Fatal(err)
 	}
 	if ci.Error == nil && ci.PushBound {
-		t.Fatalf("a push consumer into %s is bound to a subscriber: %s", schemas.EpisodeCompleted.For("r9"), reply.Data)
+		t.Fatalf("a push consumer into %s is bound to a subscriber: %s", schemas.EpisodeCompleted.For("r9"), reply)
 	}
 	settled(sandbox)
 	if n := count(schemas.StreamResults); n != resultsBefore {
