@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -104,8 +105,13 @@ func (c *Conn) putBlob(ctx context.Context, name string, data []byte) error {
 	return nil
 }
 
-// getBlob reads an object of bucket; a missing one is a permanent error.
+// getBlob reads an object of bucket; a missing one, or a bucket that is
+// not one of medgym's object stores (the header is the publisher's), is a
+// permanent error.
 func (c *Conn) getBlob(ctx context.Context, bucket, name string) ([]byte, error) {
+	if !slices.Contains(schemas.BlobBuckets(), bucket) {
+		return nil, Permanent(fmt.Errorf("blob %s/%s: not one of the blob stores %v", bucket, name, schemas.BlobBuckets()))
+	}
 	obj, err := c.objects(ctx, bucket)
 	if err != nil {
 		return nil, err

@@ -240,6 +240,11 @@ func TestBlobsStayInTheirWritersStore(t *testing.T) {
 	if p, err := reader.Payload(ctx, jm); err != nil || !strings.Contains(string(p), strings.Repeat("x", 300<<10)+"END") {
 		t.Fatalf("another service reading the payload: %d bytes, %v", len(p), err)
 	}
+	// The header is the publisher's: a store that is not a blob store
+	// (a key-value bucket's stream) is refused for good, not retried.
+	if _, err := reader.GetBlobIn(ctx, "KV_"+schemas.BucketRuns, "x"); !bus.IsPermanent(err) {
+		t.Fatalf("reading a blob of a key-value bucket: %v, want a permanent error", err)
+	}
 
 	// A key-value value.
 	wkv, err := writer.StateKV(ctx, schemas.BucketEpisodes)
