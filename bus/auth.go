@@ -110,3 +110,13 @@ func WithAuth(a Auth) ConnectOption { return func(c *connectConfig) { c.auth = a
 func isPermissionViolation(err error) bool {
 	return errors.Is(err, nats.ErrPermissionViolation) || strings.Contains(strings.ToLower(fmt.Sprint(err)), "permissions violation")
 }
+
+// isOrderedCleanup reports whether err is the refusal of a consumer delete:
+// an ordered consumer deletes its previous consumer when it resets (after
+// an outage), which deploy/nats does not allow the roles that follow runs
+// (a consumer's name is not its user's, so they could delete each other's);
+// the server removes it once inactive.
+func isOrderedCleanup(err error) bool {
+	m := refusedSubject.FindStringSubmatch(err.Error())
+	return m != nil && strings.HasPrefix(m[1], "$JS.API.CONSUMER.DELETE.")
+}

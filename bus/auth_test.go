@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,6 +41,22 @@ func TestAuthFromEnv(t *testing.T) {
 	} {
 		if _, err := bus.AuthFromEnv(getenv); err == nil || !strings.Contains(err.Error(), "NATS auth") {
 			t.Errorf("%s: err = %v, want a NATS auth error", name, err)
+		}
+	}
+}
+
+// TestOrderedCleanupRefusal: the refused delete of an ordered consumer's
+// reset (deploy/nats denies it to followers) is told apart from the other
+// refusals, which Connect logs as errors.
+func TestOrderedCleanupRefusal(t *testing.T) {
+	for err, want := range map[string]bool{
+		`nats: permissions violation: Permissions Violation for Publish to "$JS.API.CONSUMER.DELETE.MEDGYM_SCORES.x_1"`: true,
+		`nats: permissions violation: Permissions Violation for Publish to "$JS.API.CONSUMER.CREATE.MEDGYM_SCORES.x_1"`: false,
+		`nats: permissions violation: Permissions Violation for Publish to "medgym.episode.scored.r1"`:                  false,
+		`nats: permissions violation: Permissions Violation for Subscription to "$JS.API.CONSUMER.DELETE.>"`:            false,
+	} {
+		if got := bus.IsOrderedCleanup(errors.New(err)); got != want {
+			t.Errorf("%s: %v, want %v", err, got, want)
 		}
 	}
 }

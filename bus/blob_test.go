@@ -179,3 +179,109 @@ func TestOffloadedDeadLetterStaysAPointer(t *testing.T) {
 		t.Errorf("dead letter: blob header %q, %d-byte body; want the pointer", m.Header.Get(bus.HeaderBlob), len(m.Data))
 	}
 }
+
+// TestBlobsStayInTheirWritersStore: a connection of a service
+// (WithBlobService) offloads to that service's own object store and says
+// so (the message's Medgym-Blob-Bucket header, the key-value pointer);
+// another service's connection reads both, and leaves the object alone
+// when it replaces the value (only its writer may purge that store; it
+// expires with the store's TTL), while the writer deletes what it replaces.
+func TestBlobsStayInTheirWritersStore(t *testing.T) {
+	ns, err := embedded.Start(embedded.Options{StoreDir: t.TempDir(), MaxPayload: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	connect := func(opts ...bus.ConnectOption) *bus.Conn {
+		c, err := bus.Connect(ctx, ns.ClientURL(), "test", slog.New(slog.DiscardHandler), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	writer, reader := connect(bus.WithBlobService("llm-worker")), connect()
+	if err := bus.EnsureStreams(ctx, reader, bus.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	store := schemas.BlobBucket("llm-worker")
+	if writer.BlobBucket() != store || reader.BlobBucket() != schemas.BucketBlobs {
+		t.Fatalf("stores %s and %s, want %s and %s", writer.BlobBucket(), reader.BlobBucket(), store, schemas.BucketBlobs)
+	}
+	objects := func(bucket string) int {
+		obj, err := bus.JetStream(reader).ObjectStore(ctx, bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := obj.List(ctx)
+		if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
+			t.Fatal(err)
+		}
+		return len(list)
+	}
+
+	// A message.
+	if err := writer.Publish(ctx, schemas.EpisodeCompleted.For("r1"), "big/result", bigResult("big", 300<<10)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := bus.JetStream(reader).OrderedConsumer(ctx, schemas.StreamResults, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jm, err := c.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := jm.Headers().Get(bus.HeaderBlobBucket); got != store {
+		t.Fatalf("offloaded message names store %q, want %q", got, store)
+	}
+	if p, err := reader.Payload(ctx, jm); err != nil || !strings.Contains(string(p), strings.Repeat("x", 300<<10)+"END") {
+		t.Fatalf("another service reading the payload: %d bytes, %v", len(p), err)
+	}
+	// The header is the publisher's: a store that is not a blob store
+	// (a key-value bucket's stream) is refused for good, not retried.
+	if _, err := reader.GetBlobIn(ctx, "KV_"+schemas.BucketRuns, "x"); !bus.IsPermanent(err) {
+		t.Fatalf("reading a blob of a key-value bucket: %v, want a permanent error", err)
+	}
+
+	// A key-value value.
+	wkv, err := writer.StateKV(ctx, schemas.BucketEpisodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rkv, err := reader.StateKV(ctx, schemas.BucketEpisodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := []byte(`"` + strings.Repeat("a", 300<<10) + `"`)
+	rev, err := wkv.Create(ctx, "e1", big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _, err := rkv.Get(ctx, "e1"); err != nil || string(v) != string(big) {
+		t.Fatalf("another service reading the value: %d bytes, %v", len(v), err)
+	}
+	before := objects(store) // the message's and the value's
+	rev, err = rkv.Update(ctx, "e1", []byte(`{"x":1}`), rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := objects(store); n != before {
+		t.Fatalf("another service's update left %d objects in %s, want %d (not its store)", n, store, before)
+	}
+	if _, err := wkv.Update(ctx, "e1", big, rev); err != nil {
+		t.Fatal(err)
+	}
+	rev++
+	if _, err := wkv.Update(ctx, "e1", []byte(`{"x":2}`), rev); err != nil {
+		t.Fatal(err)
+	}
+	if n := objects(store); n != before {
+		t.Fatalf("the writer's updates left %d objects in %s, want %d (it deletes what it replaces)", n, store, before)
+	}
+	if n := objects(schemas.BucketBlobs); n != 0 {
+		t.Fatalf("%d objects in %s, want 0", n, schemas.BucketBlobs)
+	}
+}

@@ -78,6 +78,8 @@ type connectConfig struct {
 	waitFor time.Duration
 
 	provision ProvisionMode
+	// blobBucket: the object store payloads are offloaded to (WithBlobService).
+	blobBucket string
 
 	// Start only.
 	streams         StreamOptions
@@ -174,6 +176,10 @@ func dial(url, name string, log *slog.Logger, cfg connectConfig) (*Conn, error) 
 			}
 			if isPermissionViolation(err) {
 				refused.note(err)
+				if isOrderedCleanup(err) {
+					log.Debug("nats refused deleting a consumer; it expires once inactive", "err", err)
+					return
+				}
 				log.Error("nats refused an operation this user is not allowed (see deploy/nats)", "auth", cfg.auth.String(), "subscription", subj, "err", err)
 				return
 			}
@@ -189,7 +195,7 @@ func dial(url, name string, log *slog.Logger, cfg connectConfig) (*Conn, error) 
 		nc.Close()
 		return nil, fmt.Errorf("jetstream on %s: %w", schemas.RedactURL(url), err)
 	}
-	return &Conn{nc: nc, js: js, log: log, creates: cfg.provision.creates(url, cfg.auth), refused: refused}, nil
+	return &Conn{nc: nc, js: js, log: log, creates: cfg.provision.creates(url, cfg.auth), refused: refused, blobs: blobs{bucket: cfg.blobBucket}}, nil
 }
 
 func connectError(url string, err error) error {

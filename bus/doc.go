@@ -75,8 +75,10 @@
 // deploy/nats say which user may publish what.
 //
 // Payload size: a payload over the server's max_payload (less headroom) is
-// put in the MEDGYM_BLOBS object store, and the message carries its name in
-// the Medgym-Blob header; Handle resolves it before decoding, and
+// put in the connection's object store (its service's own with
+// WithBlobService, else MEDGYM_BLOBS), and the message carries its name in
+// the Medgym-Blob header and the store in Medgym-Blob-Bucket; Handle
+// resolves it before decoding, and
 // Conn.Payload does for code that reads a stream directly. StateKV does the
 // same for key-value values (episode state). See blob.go and
 // docs/adr/0010-payload-offload.md.

@@ -52,3 +52,6 @@ func SetMaxInPlayScan(t interface{ Cleanup(func()) }, n int) {
 	maxInPlayScan = n
 	t.Cleanup(func() { maxInPlayScan = old })
 }
+
+// IsOrderedCleanup is Connect's test for a refused consumer delete.
+var IsOrderedCleanup = isOrderedCleanup

@@ -132,19 +132,27 @@ func (c *Conn) PublishCore(subject string, data []byte) error {
 	return c.nc.Flush()
 }
 
-// PutBlob, GetBlob and DeleteBlob reach the blob store (schemas.BucketBlobs)
-// directly: for tests of who may use it. Services never call them; Publish
-// and OpenStateBucket offload through it.
+// PutBlob, GetBlob and DeleteBlob reach this connection's blob store
+// (BlobBucket) directly, GetBlobIn any store: for tests of who may use
+// them. Services never call them; Publish and OpenStateBucket offload
+// through them.
 func (c *Conn) PutBlob(ctx context.Context, name string, data []byte) error {
 	return c.putBlob(ctx, name, data)
 }
 
 // GetBlob reads a blob (see PutBlob).
-func (c *Conn) GetBlob(ctx context.Context, name string) ([]byte, error) { return c.getBlob(ctx, name) }
+func (c *Conn) GetBlob(ctx context.Context, name string) ([]byte, error) {
+	return c.getBlob(ctx, c.BlobBucket(), name)
+}
+
+// GetBlobIn reads a blob of bucket (see PutBlob).
+func (c *Conn) GetBlobIn(ctx context.Context, bucket, name string) ([]byte, error) {
+	return c.getBlob(ctx, bucket, name)
+}
 
 // DeleteBlob deletes a blob (see PutBlob).
 func (c *Conn) DeleteBlob(ctx context.Context, name string) error {
-	obj, err := c.objects(ctx)
+	obj, err := c.objects(ctx, c.BlobBucket())
 	if err != nil {
 		return err
 	}

@@ -222,13 +222,18 @@ func VerifyStreams(ctx context.Context, c *Conn, o StreamOptions) error {
 			return err
 		}
 	}
-	return verifyStream(ctx, c.js, "object store", "OBJ_"+schemas.BucketBlobs, func(have jetstream.StreamConfig) string {
-		if !slices.Equal(have.Subjects, []string{"$O." + schemas.BucketBlobs + ".C.>", "$O." + schemas.BucketBlobs + ".M.>"}) ||
-			unlimited(have.MaxMsgs) != -1 || unlimited(have.MaxBytes) != -1 || (have.MaxAge != 0 && have.MaxAge < o.MaxAge) {
-			return fmt.Sprintf("subjects %v, max age %s, limits %d msgs/%d bytes", have.Subjects, have.MaxAge, have.MaxMsgs, have.MaxBytes)
+	for _, b := range schemas.BlobBuckets() {
+		if err := verifyStream(ctx, c.js, "object store", "OBJ_"+b, func(have jetstream.StreamConfig) string {
+			if !slices.Equal(have.Subjects, []string{"$O." + b + ".C.>", "$O." + b + ".M.>"}) ||
+				unlimited(have.MaxMsgs) != -1 || unlimited(have.MaxBytes) != -1 || (have.MaxAge != 0 && have.MaxAge < o.MaxAge) {
+				return fmt.Sprintf("subjects %v, max age %s, limits %d msgs/%d bytes", have.Subjects, have.MaxAge, have.MaxMsgs, have.MaxBytes)
+			}
+			return ""
+		}); err != nil {
+			return err
 		}
-		return ""
-	})
+	}
+	return nil
 }
 
 // verifyStream looks stream up and reports it missing, redirected (sources,

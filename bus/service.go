@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
 	"github.com/medgym/medgym/schemas"
@@ -81,7 +82,11 @@ func RunService(ctx context.Context, name, metricsDefault string, args []string,
 	if err != nil {
 		return err
 	}
-	conn, metrics, err := Start(ctx, node.URL, name, node.MetricsAddr, log, append(startOpts, WithTLS(node.TLS), WithAuth(auth))...)
+	startOpts = append(startOpts, WithTLS(node.TLS), WithAuth(auth))
+	if slices.Contains(schemas.BlobWriters, name) {
+		startOpts = append(startOpts, WithBlobService(name)) // its own blob store
+	}
+	conn, metrics, err := Start(ctx, node.URL, name, node.MetricsAddr, log, startOpts...)
 	if err != nil {
 		return err
 	}

@@ -140,12 +140,15 @@ func EnsureStreams(ctx context.Context, c *Conn, o StreamOptions) error {
 			return explainStorage(ctx, c, o, fmt.Errorf("ensure key-value bucket %s: %w", b.name, err))
 		}
 	}
-	// Offloaded payloads live as long as the messages that name them.
-	replicas, placement, _ := o.placed(ctx, js, "OBJ_"+schemas.BucketBlobs)
-	if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket: schemas.BucketBlobs, Storage: storage, Replicas: replicas, Placement: placement, TTL: o.MaxAge,
-	}); err != nil {
-		return explainStorage(ctx, c, o, fmt.Errorf("ensure object store %s: %w", schemas.BucketBlobs, err))
+	// Offloaded payloads live as long as the messages that name them; one
+	// store per writing service, and one for processes that run them all.
+	for _, b := range schemas.BlobBuckets() {
+		replicas, placement, _ := o.placed(ctx, js, "OBJ_"+b)
+		if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket: b, Storage: storage, Replicas: replicas, Placement: placement, TTL: o.MaxAge,
+		}); err != nil {
+			return explainStorage(ctx, c, o, fmt.Errorf("ensure object store %s: %w", b, err))
+		}
 	}
 	return nil
 }

@@ -97,6 +97,8 @@ const (
 	// NATS message (over the server's max_payload less headroom): message
 	// bodies, whose message then carries only the object's name in the
 	// Medgym-Blob header, and large key-value values (see bus/blob.go).
+	// A process that runs every service (medgym run, medgym serve) writes
+	// here; each service on its own writes to BlobBucket(its name).
 	BucketBlobs = "MEDGYM_BLOBS"
 	// BucketCompletions holds which episodes of a run are scored
 	// (dispatcher-owned): key "<run>.<chunk>", value a bitmap of
@@ -140,4 +142,27 @@ func MsgID(parts ...any) string {
 		s[i] = fmt.Sprint(p)
 	}
 	return strings.Join(s, "/")
+}
+
+// BlobWriters are the services that offload payloads each to an object
+// store of its own (BlobBucket), which only its NATS user may write to or
+// purge: one service cannot drop or replace another's payloads.
+var BlobWriters = []string{"dispatcher", "llm-worker", "sandbox-worker", "verifier", "env-server"}
+
+// BlobBucket is the object store service offloads to: BucketBlobs_<SERVICE>
+// (MEDGYM_BLOBS_LLM_WORKER for llm-worker), or BucketBlobs for "".
+func BlobBucket(service string) string {
+	if service == "" {
+		return BucketBlobs
+	}
+	return BucketBlobs + "_" + strings.ToUpper(strings.ReplaceAll(service, "-", "_"))
+}
+
+// BlobBuckets are every object store: BucketBlobs and each writer's.
+func BlobBuckets() []string {
+	out := []string{BucketBlobs}
+	for _, w := range BlobWriters {
+		out = append(out, BlobBucket(w))
+	}
+	return out
 }

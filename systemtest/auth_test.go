@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -135,7 +136,11 @@ func startDeployNATS(t *testing.T, withNKeys bool) (string, map[string]bus.Auth)
 
 func connectAs(t *testing.T, ctx context.Context, url, user string, auth bus.Auth, log *slog.Logger) *bus.Conn {
 	t.Helper()
-	conn, err := bus.Connect(ctx, url, "test-"+user, log, bus.WithAuth(auth))
+	opts := []bus.ConnectOption{bus.WithAuth(auth)}
+	if slices.Contains(schemas.BlobWriters, user) {
+		opts = append(opts, bus.WithBlobService(user)) // as the service: its own blob store
+	}
+	conn, err := bus.Connect(ctx, url, "test-"+user, log, opts...)
 	if err != nil {
 		t.Fatalf("connect as %s: %v", user, err)
 	}

@@ -68,8 +68,6 @@ func permMatrix() []permCase {
 		{"purge a stream", "$JS.API.STREAM.PURGE." + scores, `{"filter":"medgym.episode.scored.probe"}`, nil},
 		{"purge a run's unstarted requests (cancel --drop)", "$JS.API.STREAM.PURGE." + schemas.StreamEpisodes,
 			`{"filter":"medgym.episode.requested.probe"}`, []string{"dispatcher"}},
-		{"purge blob chunks (object put and delete)", "$JS.API.STREAM.PURGE.OBJ_" + schemas.BucketBlobs,
-			`{"filter":"$O.MEDGYM_BLOBS.C.probe"}`, services},
 		{"delete a message", "$JS.API.STREAM.MSG.DELETE." + scores, `{"seq":999999}`, nil},
 		{"snapshot a stream", "$JS.API.STREAM.SNAPSHOT." + scores, `{"deliver_subject":"_INBOX.probe-snapshot"}`, nil},
 		{"restore a stream", "$JS.API.STREAM.RESTORE.MEDGYM_RESTORED", `{"config":{"name":"MEDGYM_RESTORED"}}`, nil},
@@ -81,7 +79,7 @@ func permMatrix() []permCase {
 			`{"stream_name":"MEDGYM_SCORES","config":{"name":"follow-probe","filter_subject":"medgym.episode.scored.probe",` +
 				`"ack_policy":"none","mem_storage":true,"inactive_threshold":60000000000}}`, followers},
 		{"", "$JS.API.CONSUMER.MSG.NEXT." + scores + ".follow-probe", fetchNoWait, followers},
-		{"", "$JS.API.CONSUMER.DELETE." + scores + ".follow-probe", "", followers},
+		{"delete a consumer (a follower's name is not its user's: it expires once inactive)", "$JS.API.CONSUMER.DELETE." + scores + ".follow-probe", "", nil},
 		{"an ephemeral consumer without the filter in the subject", "$JS.API.CONSUMER.CREATE." + scores,
 			`{"stream_name":"MEDGYM_SCORES","config":{"name":"follow-probe2","ack_policy":"none"}}`, nil},
 		{"write a run record", "$KV." + schemas.BucketRuns + ".probe", `{}`, []string{"dispatcher", "env-server"}},
@@ -91,12 +89,24 @@ func permMatrix() []permCase {
 		{"claim a stored episode's file", "$KV." + schemas.BucketStored + ".probe", `x`, []string{"verifier"}},
 		{"expire stored-episode claims (max_age 1 s)", "$JS.API.STREAM.UPDATE.KV_" + schemas.BucketStored,
 			`{"name":"KV_MEDGYM_STORED","subjects":["$KV.MEDGYM_STORED.>"],"max_age":1000000000,"max_msgs_per_subject":1}`, nil},
-		{"write a blob chunk", "$O." + schemas.BucketBlobs + ".C.probe", `x`, services},
+		{"read a blob's meta (any object store)", "$JS.API.DIRECT.GET.OBJ_" + schemas.BlobBucket("verifier") + ".$O." + schemas.BlobBucket("verifier") + ".M.probe",
+			"", services},
 		{"submit a run", schemas.RunSubmitted.For("probe"), `{}`, followers},
 		{"request an episode", schemas.EpisodeRequested.For("probe"), `{}`, []string{"dispatcher"}},
 		{"publish a score", schemas.EpisodeScored.For("probe"), `{}`, []string{"verifier"}},
 		{"publish a dead letter (not a poison copy)", schemas.DeadLetter.For("probe"), `{}`, []string{"dispatcher"}},
 		{"publish a poison copy without its stream", schemas.DeadLetter.For("poison"), `{}`, []string{"dispatcher"}},
+	}
+	// Object stores: each service writes to and purges only its own.
+	for _, b := range schemas.BlobBuckets() {
+		var writer []string
+		if w := blobWriterOf(b); w != "" {
+			writer = []string{w}
+		}
+		rows = append(rows,
+			permCase{"write or replace an object of " + b, "$O." + b + ".M.probe", `{}`, writer},
+			permCase{"purge " + b + "'s chunks (object put and delete)", "$JS.API.STREAM.PURGE.OBJ_" + b, `{"filter":"$O.` + b + `.C.probe"}`, writer},
+		)
 	}
 	// Poison copies: each service of the messages of the streams it consumes.
 	poisoners := map[string][]string{}
@@ -230,6 +240,17 @@ func TestDeployNATSPermissionMatrix(t *testing.T) {
 		t.Fatalf("the verifier's user provisioning: %v, want a refusal naming `medgym nats provision`", err)
 	}
 	checkSecurityMatrix(t)
+}
+
+// blobWriterOf is the service whose object store b is ("" for
+// schemas.BucketBlobs, which only admin writes to).
+func blobWriterOf(b string) string {
+	for _, w := range schemas.BlobWriters {
+		if schemas.BlobBucket(w) == b {
+			return w
+		}
+	}
+	return ""
 }
 
 const (

@@ -469,9 +469,9 @@ func CollectUses(ms []Manifest, dashboard []byte) (Uses, error) {
 	return u, nil
 }
 
-// Buckets are schemas' key-value buckets and object store.
-var Buckets = []string{schemas.BucketRuns, schemas.BucketEpisodes, schemas.BucketBlobs, schemas.BucketCompletions, schemas.BucketEnvSessions,
-	schemas.BucketStored}
+// Buckets are schemas' key-value buckets and object stores.
+var Buckets = append([]string{schemas.BucketRuns, schemas.BucketEpisodes, schemas.BucketCompletions, schemas.BucketEnvSessions,
+	schemas.BucketStored}, schemas.BlobBuckets()...)
 
 // CheckSchemas checks every stream, bucket and consumer the triggers and
 // the NATS permissions name against schemas.
