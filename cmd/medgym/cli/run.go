@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -296,12 +295,11 @@ func preflight(ctx context.Context, spec schemas.RunSpec, f *RunFlags) error {
 				return err
 			}
 		}
-		for _, t := range ts {
-			if (len(spec.Categories) == 0 || slices.Contains(spec.Categories, t.View.Category)) &&
-				(len(spec.TaskIDs) == 0 || slices.Contains(spec.TaskIDs, t.View.ID)) {
-				selected++
-			}
-		}
+		// The dispatcher's own selection (tasks.Select), per dataset before
+		// the limit, which counts across datasets.
+		all := spec
+		all.Limit = 0
+		selected += len(tasks.Select(all, ts))
 	}
 	if spec.Limit > 0 {
 		selected = min(selected, spec.Limit)

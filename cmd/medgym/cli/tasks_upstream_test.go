@@ -67,3 +67,18 @@ func TestTasksUpstreamFolder(t *testing.T) {
 		t.Errorf("bad format: %v", err)
 	}
 }
+
+// TestPreflightSelectsAsTheDispatcher: `medgym run` counts a run's
+// episodes with the dispatcher's own selection (tasks.Select), so an
+// upstream task named by its <dataset>-<index> prefix counts, and a run
+// over --max-episodes is refused before anything starts (the count had
+// matched ids exactly and found 0 tasks, so the check never fired).
+func TestPreflightSelectsAsTheDispatcher(t *testing.T) {
+	dir := taskstest.UpstreamFolder(t, "upstream", "medcalcbench", "test_tasks.jsonl")
+	_, _, err := runCLI(t, "run", "--tasks-dir", dir, "--dataset", "medcalcbench", "--split", "test", "--task", "medcalcbench-2,medcalcbench-3",
+		"--samples", "2", "--max-episodes", "3", "--policy", "openai", "--llm-url", "http://127.0.0.1:1/v1", "--model", "m",
+		"--state", t.TempDir(), "--store", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "2 tasks × 2 samples is more than the limit of 3 episodes") {
+		t.Fatalf("run of 2 upstream tasks × 2 samples over --max-episodes 3: %v", err)
+	}
+}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"math/rand/v2"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -48,34 +46,9 @@ func CheckReferences(spec schemas.RunSpec, selected []tasks.Task) error {
 		spec.RunID, ErrNoReferences, missing, len(selected), first)
 }
 
-// Select filters ts by the spec's categories and task ids, then keeps the
-// first Limit tasks, or a seeded sample of Limit tasks when SampleSeed is set.
-func Select(spec schemas.RunSpec, ts []tasks.Task) []tasks.Task {
-	out := make([]tasks.Task, 0, len(ts))
-	for _, t := range ts {
-		if len(spec.Categories) > 0 && !slices.Contains(spec.Categories, t.View.Category) {
-			continue
-		}
-		if len(spec.TaskIDs) > 0 && !slices.ContainsFunc(spec.TaskIDs, func(id string) bool { return tasks.MatchID(t.View.ID, id) }) {
-			continue
-		}
-		out = append(out, t)
-	}
-	if spec.Limit > 0 && spec.Limit < len(out) {
-		if spec.SampleSeed != 0 {
-			r := rand.New(rand.NewPCG(uint64(spec.SampleSeed), 0x6d656467796d))
-			idx := r.Perm(len(out))[:spec.Limit]
-			slices.Sort(idx)
-			sel := make([]tasks.Task, len(idx))
-			for i, j := range idx {
-				sel[i] = out[j]
-			}
-			return sel
-		}
-		out = out[:spec.Limit]
-	}
-	return out
-}
+// Select is the run's task selection (tasks.Select: the one rule the CLI's
+// preflight counts with too).
+func Select(spec schemas.RunSpec, ts []tasks.Task) []tasks.Task { return tasks.Select(spec, ts) }
 
 // Size returns tasks × samples, or an error wrapping ErrTooLarge when it
 // exceeds maxEpisodes (≤ 0: DefaultMaxEpisodes) or overflows.
