@@ -79,7 +79,7 @@ func (f *RunFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.RunID, "run-id", "", "run id (default: generated); resubmitting the same id continues that run")
 	fs.StringVar(&f.Datasets, "dataset", "medcalcbench", "dataset(s), comma separated")
 	fs.StringVar(&f.Split, "split", "test", "split: test or train")
-	fs.IntVar(&f.Limit, "limit", 0, "at most this many tasks (0 = all)")
+	fs.IntVar(&f.Limit, "limit", 0, "at most this many tasks in all, counted across the datasets in order (0 = all; a limit per dataset: one run per dataset)")
 	fs.Int64Var(&f.Seed, "sample-seed", 0, "with --limit: take a seeded sample instead of the first tasks")
 	fs.StringVar(&f.Categories, "category", "", "only these categories, comma separated")
 	fs.StringVar(&f.TaskIDs, "task", "", "only these task ids, comma separated")
