@@ -20,7 +20,8 @@ func DataRoot() string {
 }
 
 // LibraryDir is the generated task library: $MEDGYM_LIBRARY, else
-// build/library in the repository that holds the working directory, else
+// build/library in the repository that holds the working directory (or the
+// running binary), else
 // "build/library".
 func LibraryDir() string {
 	if d := os.Getenv("MEDGYM_LIBRARY"); d != "" {
@@ -33,18 +34,34 @@ func LibraryDir() string {
 }
 
 // RepoRoot is the nearest directory above the working directory holding
-// go.work, or "".
+// go.work, else the one above the running binary (bin/medgym of a checkout
+// run from elsewhere), or "".
 func RepoRoot() string {
-	dir, err := os.Getwd()
-	if err != nil {
-		return ""
+	var from []string
+	if dir, err := os.Getwd(); err == nil {
+		from = append(from, dir)
 	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
-			return d
+	if exe, err := os.Executable(); err == nil {
+		if real, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = real
 		}
-		if filepath.Dir(d) == d {
-			return ""
+		from = append(from, filepath.Dir(exe))
+	}
+	return repoRootFrom(from...)
+}
+
+// repoRootFrom is the nearest directory holding go.work above the first of
+// dirs that has one, or "".
+func repoRootFrom(dirs ...string) string {
+	for _, dir := range dirs {
+		for d := dir; ; d = filepath.Dir(d) {
+			if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
+				return d
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
 		}
 	}
+	return ""
 }

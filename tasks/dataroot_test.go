@@ -37,3 +37,28 @@ func TestDataRoot(t *testing.T) {
 		t.Errorf("DataRoot outside a repo = %s", got)
 	}
 }
+
+// TestRepoRootFromTheBinary: run from outside any checkout, a checkout's
+// bin/medgym finds its repository (and so its library and data) from its
+// own location; the working directory's repository comes first.
+func TestRepoRootFromTheBinary(t *testing.T) {
+	repo, other, outside := t.TempDir(), t.TempDir(), t.TempDir()
+	for _, r := range []string{repo, other} {
+		if err := os.WriteFile(filepath.Join(r, "go.work"), []byte("go 1.26\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(repo, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := repoRootFrom(outside, bin); got != repo {
+		t.Errorf("from outside with the binary in %s: %q, want %q", bin, got, repo)
+	}
+	if got := repoRootFrom(other, bin); got != other {
+		t.Errorf("from inside another checkout: %q, want %q", got, other)
+	}
+	if got := repoRootFrom(outside); got != "" {
+		t.Errorf("from outside, no binary in a checkout: %q", got)
+	}
+}
