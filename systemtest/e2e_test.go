@@ -15,6 +15,7 @@ import (
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
 	"github.com/medgym/medgym/services/llm-worker/fakellm"
+	"github.com/medgym/medgym/services/verifier/verify"
 	"github.com/medgym/medgym/store"
 	"github.com/medgym/medgym/tasks"
 )
@@ -117,7 +118,7 @@ func TestRunReferenceMedCalc(t *testing.T) {
 			t.Fatalf("episode %s: reward %v outcome %s termination %s (error %q)", r.EpisodeID, r.Reward, r.Outcome, r.Termination, r.Error)
 		case r.NumTurns != 1 || len(r.Turns) != 1:
 			t.Fatalf("episode %s: %d turns, want 1", r.EpisodeID, r.NumTurns)
-		case !strings.HasPrefix(r.VerifierVersion, "1.") || !strings.Contains(r.VerifierVersion, "strict"):
+		case r.VerifierVersion != verify.VersionFor(verify.Strict):
 			t.Fatalf("verifier version %q", r.VerifierVersion)
 		case r.StartedAt.IsZero() || r.FinishedAt.Before(r.StartedAt):
 			t.Fatalf("times %v .. %v", r.StartedAt, r.FinishedAt)
