@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -85,7 +86,7 @@ func TestNATSOutageMidRun(t *testing.T) {
 	case <-r.done:
 	case <-time.After(time.Until(deadline) - 30*time.Second):
 		natsLog, _ := os.ReadFile(filepath.Join(work, "nats.log"))
-		t.Fatalf("run did not finish after nats-server came back\n%s\n%s\nnats-server:\n%s", tail(logs.String(), 6000), stallReport(conn), tail(string(natsLog), 3000))
+		t.Fatalf("run did not finish after nats-server came back\n%s\n%s\nnats-server:\n%s\nhandlers:\n%s", tail(logs.String(), 6000), stallReport(conn), tail(string(natsLog), 3000), handlerStacks())
 	}
 	if r.err != nil {
 		t.Fatalf("run: %v\n%s", r.err, tail(logs.String(), 6000))
@@ -122,6 +123,20 @@ func waitListening(t *testing.T, addr string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// handlerStacks is the stacks of the goroutines in medgym's code (the
+// services run in-process): where a stalled handler waits.
+func handlerStacks() string {
+	var b strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+	var keep []string
+	for _, g := range strings.Split(b.String(), "\n\n") {
+		if strings.Contains(g, "medgym/medgym/services/") || strings.Contains(g, "medgym/bus.(*Router)") {
+			keep = append(keep, g)
+		}
+	}
+	return strings.Join(keep, "\n\n")
 }
 
 // stallReport is what a stalled run's streams hold: each durable
