@@ -27,6 +27,7 @@ func TestDecimalsAsTheBenchmarkScores(t *testing.T) {
 		{"printed gold", num, "1.235", true},
 		{"exact", num, "1.23456", true},
 		{"rounds elsewhere", num, "1.234", false},
+		{"float noise at a tie", tasks.Truth{Type: schemas.AnswerNumber, Answer: "2314.3225", Decimals: 3, Abstention: true}, "2314.3225000000016", true},
 		{"list printed gold, any order", list, "[1.235, 0.0, 2.0]", true},
 		{"list negative zero", list, "[1.235, -0.0, 2.0]", true},
 		{"list one value off", list, "[1.236, 0.0, 2.0]", false},

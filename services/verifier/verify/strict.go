@@ -175,6 +175,10 @@ func closeEnough(got, want, rel float64) bool {
 	return math.Abs(got-want) <= rel*math.Abs(want)+absTol
 }
 
+// noiseTol is the relative difference a Decimals comparison ignores: float
+// noise, far below any rounded decimal.
+const noiseTol = 1e-12
+
 // numRule is how a truth compares numbers: rounded to Decimals (both
 // sides, as Python's round and str print them) or within a relative
 // tolerance.
@@ -189,7 +193,9 @@ func numRuleOf(truth tasks.Truth) numRule {
 
 func (r numRule) equal(got, want float64) bool {
 	if r.decimals > 0 {
-		return roundDecimals(got, r.decimals) == roundDecimals(want, r.decimals)
+		// Float noise around a rounding tie (2314.3225000000016 printed
+		// for a stored 2314.3225) must not flip the verdict.
+		return roundDecimals(got, r.decimals) == roundDecimals(want, r.decimals) || closeEnough(got, want, noiseTol)
 	}
 	return closeEnough(got, want, r.rel)
 }
