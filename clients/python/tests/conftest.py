@@ -222,23 +222,29 @@ def contract_failures(request: pytest.FixtureRequest):
         pytest.fail("responses that do not match the API's document:\n" + "\n".join(new), pytrace=False)
 
 
-@pytest.fixture(scope="session")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    """Two TREQS train tasks played by ``medgym run --policy reference``: their stored rows (prompt, reply)."""
-    tmp = tmp_path_factory.mktemp("reference")
+def play_reference(tmp: Path, limit: int, *extra: str) -> list[dict[str, Any]]:
+    """The first ``limit`` TREQS train tasks played by ``medgym run --policy reference`` (``extra``: more flags):
+    their stored rows."""
     args = [
         str(medgym_bin()), "run",
-        "--dataset", DATASET, "--split", SPLIT, "--limit", "2",
+        "--dataset", DATASET, "--split", SPLIT, "--limit", str(limit),
         "--policy", "reference",
         "--store", str(tmp / "store"), "--state", str(tmp / "state"),
         "--library", str(library()),
         "--run-id", "reference",
-        *LEGACY_RULE,
+        *extra,
     ]  # fmt: skip
     out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, f"medgym run failed:\n{out.stdout}\n{out.stderr}"
     rows = read_rows(tmp / "store", "reference")
-    assert len(rows) == 2, f"medgym run stored {len(rows)} rows, want 2"
+    assert len(rows) == limit, f"medgym run stored {len(rows)} rows, want {limit}"
+    return rows
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """Two TREQS train tasks played by ``medgym run --policy reference``: their stored rows (prompt, reply)."""
+    rows = play_reference(tmp_path_factory.mktemp("reference"), 2, *LEGACY_RULE)
     assert all(r["outcome"] == "correct" for r in rows), [r["outcome"] for r in rows]
     return sorted(rows, key=lambda r: r["task_id"])
 

@@ -5,13 +5,12 @@ response of an episode that never computed it)."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import DATASET, ROOT, SPLIT, Server, library, medgym_bin, read_rows, start_server, verifier_tree
+from conftest import DATASET, SPLIT, Server, play_reference, start_server, verifier_tree
 from contract import load_truths
 
 
@@ -24,18 +23,8 @@ def default_rule_server(tmp: Path) -> Server:
 def reference_row(tmp: Path) -> dict[str, Any]:
     """A TREQS train task played by ``medgym run --policy reference`` under the default rule: its stored row (a
     validate_code reply, then the answer)."""
-    args = [
-        str(medgym_bin()), "run",
-        "--dataset", DATASET, "--split", SPLIT, "--limit", "1",
-        "--policy", "reference",
-        "--store", str(tmp / "store"), "--state", str(tmp / "state"),
-        "--library", str(library()),
-        "--run-id", "reference",
-    ]  # fmt: skip
-    out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, f"medgym run failed:\n{out.stdout}\n{out.stderr}"
-    rows = read_rows(tmp / "store", "reference")
-    assert len(rows) == 1 and rows[0]["outcome"] == "correct", rows
+    rows = play_reference(tmp, 1)
+    assert rows[0]["outcome"] == "correct", rows
     return rows[0]
 
 
