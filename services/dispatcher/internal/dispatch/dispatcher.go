@@ -218,7 +218,7 @@ func (d *Dispatcher) plan(ctx context.Context, spec schemas.RunSpec) (*Plan, err
 		}
 		all = append(all, ts...)
 	}
-	sel := Select(spec, all)
+	sel := tasks.Select(spec, all) // the rule medgym run's preflight counts with too
 	if len(sel) == 0 {
 		return nil, fmt.Errorf("run %s selects no task (datasets %v, split %q)", spec.RunID, spec.Datasets, spec.Split)
 	}

@@ -46,10 +46,6 @@ func CheckReferences(spec schemas.RunSpec, selected []tasks.Task) error {
 		spec.RunID, ErrNoReferences, missing, len(selected), first)
 }
 
-// Select is the run's task selection (tasks.Select: the one rule the CLI's
-// preflight counts with too).
-func Select(spec schemas.RunSpec, ts []tasks.Task) []tasks.Task { return tasks.Select(spec, ts) }
-
 // Size returns tasks × samples, or an error wrapping ErrTooLarge when it
 // exceeds maxEpisodes (≤ 0: DefaultMaxEpisodes) or overflows.
 func Size(tasks, samples, maxEpisodes int) (int, error) {
