@@ -5,7 +5,6 @@ import (
 	"context"
 	_ "embed"
 	"encoding/csv"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -59,9 +58,6 @@ const (
 //go:embed medcalc/calculators.py
 var medCalcPython string
 
-//go:embed errata/medcalcbench.json
-var medCalcErrataJSON []byte
-
 // medCalcFuncs maps a MedCalc-Bench calculator id to its reference function
 // (a section of medcalc/calculators.py).
 var medCalcFuncs = map[int]string{
@@ -86,32 +82,47 @@ var medCalcFuncs = map[int]string{
 var medCalcIntegerIDs = map[int]bool{4: true, 15: true, 16: true, 17: true, 18: true, 20: true, 21: true,
 	25: true, 27: true, 28: true, 29: true, 32: true, 33: true, 36: true, 43: true, 45: true, 48: true, 51: true}
 
-// MedCalcErratum is one MedCalc-Bench v1.0 row whose label is wrong; the
-// loader leaves it out.
+// MedCalcErratum is one MedCalc-Bench v1.0 row whose label is wrong: a
+// label of the medcalcbench@medgym-1 set, which corrects it.
 type MedCalcErratum struct {
-	Row          int    `json:"row_number"`
-	CalculatorID int    `json:"calculator_id"`
-	Calculator   string `json:"calculator"`
-	Inputs       string `json:"inputs"`
-	Label        string `json:"label"`
-	Correct      string `json:"correct"`
-	Reason       string `json:"reason"`
+	Row          int
+	CalculatorID int
+	Calculator   string
+	Inputs       string
+	// Label is the v1.0 label; Correct is what medgym's reference prints.
+	Label   string
+	Correct string
+	Reason  string
+	Source  string
 }
 
-// MedCalcErrata returns the embedded MedCalc-Bench errata list.
+// MedCalcCorrected is the label set that corrects MedCalc-Bench v1.0's
+// wrong labels, the strict verifier's default for medcalcbench.
+const MedCalcCorrected = MedCalcDataset + "@medgym-1"
+
+// MedCalcErrata returns the MedCalc-Bench v1.0 rows whose label
+// MedCalcCorrected corrects.
 func MedCalcErrata() ([]MedCalcErratum, error) {
-	var doc struct {
-		Rows []MedCalcErratum `json:"rows"`
+	m, err := declaredLabelSets()
+	if err != nil {
+		return nil, err
 	}
-	if err := json.Unmarshal(medCalcErrataJSON, &doc); err != nil {
-		return nil, fmt.Errorf("medcalcbench errata: %w", err)
+	ls := m[MedCalcCorrected]
+	if ls == nil {
+		return nil, fmt.Errorf("label set %s is not declared", MedCalcCorrected)
 	}
-	return doc.Rows, nil
+	out := make([]MedCalcErratum, 0, len(ls.Labels))
+	for _, l := range ls.Labels {
+		out = append(out, MedCalcErratum{Row: l.RowNumber, CalculatorID: l.CalculatorID, Calculator: l.Calculator,
+			Inputs: l.Inputs, Label: l.Was, Correct: l.Answer, Reason: l.Reason, Source: l.Source})
+	}
+	return out, nil
 }
 
 // loadMedCalc is the medcalcbench Loader. Split "test" is every row of the
-// shared file minus the errata; MedCalc-Bench publishes no training split
-// of its own (MedAgentGym's train file is absent), so "train" is empty.
+// shared file, labelled as MedCalc-Bench v1.0 labels it (Load then applies
+// the label sets); MedCalc-Bench publishes no training split of its own
+// (MedAgentGym's train file is absent), so "train" is empty.
 func loadMedCalc(ctx context.Context, src Source) ([]Task, error) {
 	switch src.Split {
 	case "test":
@@ -120,25 +131,7 @@ func loadMedCalc(ctx context.Context, src Source) ([]Task, error) {
 	default:
 		return nil, fmt.Errorf("medcalcbench: unknown split %q (want test or train)", src.Split)
 	}
-	all, err := readMedCalc(ctx, filepath.Join(src.DataRoot, medCalcFile))
-	if err != nil {
-		return nil, err
-	}
-	errata, err := MedCalcErrata()
-	if err != nil {
-		return nil, err
-	}
-	skip := make(map[string]bool, len(errata))
-	for _, e := range errata {
-		skip[medCalcID(e.Row)] = true
-	}
-	out := all[:0]
-	for _, t := range all {
-		if !skip[t.View.ID] {
-			out = append(out, t)
-		}
-	}
-	return out, nil
+	return readMedCalc(ctx, filepath.Join(src.DataRoot, medCalcFile))
 }
 
 func medCalcID(row int) string { return MedCalcDataset + "-" + strconv.Itoa(row) }

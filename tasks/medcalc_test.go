@@ -215,7 +215,7 @@ func TestMedCalcLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(all) != 807 || len(ts) != len(all)-len(errata) {
+	if len(all) != 807 || len(ts) != len(all) || len(errata) != 129 {
 		t.Fatalf("rows %d, test tasks %d, errata %d", len(all), len(ts), len(errata))
 	}
 	ids := map[string]bool{}
@@ -251,10 +251,31 @@ func TestMedCalcLoad(t *testing.T) {
 	if len(cats) != 55 {
 		t.Errorf("%d categories, want 55", len(cats))
 	}
+	// Every row is a test task: an erratum's truth is the corrected label
+	// (the strict default set), with the v1.0 label beside it.
+	ix := NewIndex(ts)
+	wrong := map[string]MedCalcErratum{}
 	for _, e := range errata {
-		if NewIndex(ts)[medCalcID(e.Row)] != nil {
-			t.Errorf("erratum row %d is in the test split", e.Row)
+		wrong[medCalcID(e.Row)] = e
+	}
+	for _, task := range ts {
+		e, isErratum := wrong[task.View.ID]
+		if task.Truth.LabelSet != MedCalcCorrected {
+			t.Fatalf("%s: truth of label set %q, want %s", task.View.ID, task.Truth.LabelSet, MedCalcCorrected)
 		}
+		if !isErratum {
+			if len(task.Labels) != 0 {
+				t.Errorf("%s: no erratum, yet other labels %v", task.View.ID, task.Labels)
+			}
+			continue
+		}
+		v1, ok := task.Labels[MedCalcDataset+"@v1.0"]
+		if task.Truth.Answer != e.Correct || !ok || v1.Answer != e.Label || v1.LabelSet != MedCalcDataset+"@v1.0" {
+			t.Errorf("%s: truth %q, v1.0 %q (%v), want %q and %q", task.View.ID, task.Truth.Answer, v1.Answer, ok, e.Correct, e.Label)
+		}
+	}
+	if ix[medCalcID(errata[0].Row)] == nil {
+		t.Errorf("erratum row %d is not in the test split", errata[0].Row)
 	}
 	train, err := Load(t.Context(), Source{Dataset: MedCalcDataset, Split: "train", DataRoot: root})
 	if err != nil || len(train) != 0 {

@@ -38,12 +38,18 @@ type Truth struct {
 	Unanswerable bool `json:"unanswerable,omitempty"`
 	// Extra carries dataset-specific fields used by upstream-compat rules.
 	Extra map[string]string `json:"extra,omitempty"`
+	// LabelSet names the label set this truth belongs to
+	// ("medcalcbench@medgym-1"; see labels.go).
+	LabelSet string `json:"label_set,omitempty"`
 }
 
 // Task is one task instance.
 type Task struct {
 	View  schemas.TaskView `json:"view"`
 	Truth Truth            `json:"truth"`
+	// Labels holds the task's truth under its dataset's other label sets,
+	// where it differs from Truth (the default set's); see TruthFor.
+	Labels map[string]Truth `json:"labels,omitempty"`
 	// Reference is Python code that solves the task from the data the agent
 	// sees; the reference policy runs it through the sandbox.
 	Reference string `json:"reference"`
@@ -113,6 +119,9 @@ func Load(ctx context.Context, src Source) ([]Task, error) {
 		return nil, fmt.Errorf("load tasks: %w %q (built-in: %v)", ErrUnknownDataset, src.Dataset, Datasets())
 	}
 	ts, err := l(ctx, src)
+	if err == nil {
+		err = applyLabelSets(src.Dataset, ts)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load tasks %s/%s: %w", src.Dataset, src.Split, err)
 	}

@@ -393,6 +393,7 @@ func LoadUpstream(ctx context.Context, src Source) ([]Task, error) {
 			t.Truth.Extra = map[string]string{}
 		}
 		t.Truth.Extra["upstream_file"] = rel
+		t.Truth.LabelSet = UpstreamLabelSet(src.Dataset)
 		t.Truth.Extra["upstream_line"] = strconv.Itoa(line)
 		t.Truth.Extra["upstream_index"] = strconv.Itoa(len(out))
 		if raw != "" {
