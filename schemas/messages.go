@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -13,7 +14,7 @@ import (
 // 1.4: the termination EndClosed; DefaultOptions' EndOn is EndOnAnswer
 // (before: EndOnBoth). EpisodeOptions.EndOn is always written, so a run
 // spec or request of an older version keeps the rule it was made with.
-const Version = "1.4"
+const Version = "1.5"
 
 // AnswerType says how a task's answer is checked.
 type AnswerType string
@@ -284,6 +285,32 @@ type EpisodeOptions struct {
 	// pass the actions to the model as OpenAI tools). The actions, their
 	// checks and the refusal of one the task does not permit are the same.
 	PromptMode string `json:"prompt_mode,omitempty"`
+	// LabelSets chooses, per dataset, the label set the episode is scored
+	// against ("medcalcbench@v1.0"; contract 1.5). A dataset not named
+	// gets its default for VerifierMode: its corrected set under strict
+	// rules, the benchmark's own labels under upstream rules. Which ids
+	// exist is the task library's business (tasks.CheckLabelSets); here
+	// only their shape is checked.
+	LabelSets []string `json:"label_sets,omitempty"`
+}
+
+// MaxLabelSets bounds EpisodeOptions.LabelSets.
+const MaxLabelSets = 64
+
+// ValidLabelSetID reports whether id has a label set id's shape:
+// "<dataset>@<name>", the dataset a token, the name at most 64 letters,
+// digits, '.', '-' or '_' (not starting with '.').
+func ValidLabelSetID(id string) bool {
+	ds, name, ok := strings.Cut(id, "@")
+	if !ok || !ValidToken(ds) || name == "" || len(name) > 64 || name[0] == '.' {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // The prompt modes of EpisodeOptions.PromptMode.
@@ -354,6 +381,14 @@ func (o EpisodeOptions) Validate() error {
 	case "", "strict", "upstream":
 	default:
 		return fmt.Errorf("options: verifier_mode %q (want strict or upstream)", o.VerifierMode)
+	}
+	if len(o.LabelSets) > MaxLabelSets {
+		return fmt.Errorf("options: %d label_sets (at most %d)", len(o.LabelSets), MaxLabelSets)
+	}
+	for _, id := range o.LabelSets {
+		if !ValidLabelSetID(id) {
+			return fmt.Errorf("options: label set %q (want <dataset>@<name>)", id)
+		}
 	}
 	switch o.PromptMode {
 	case "", PromptModeJSON, PromptModeTools:
@@ -470,6 +505,8 @@ type ActionRequest struct {
 	// ground truth (EndOn accepted/both, code actions only).
 	Check        bool   `json:"check"`
 	VerifierMode string `json:"verifier_mode,omitempty"`
+	// LabelSets is the episode's EpisodeOptions.LabelSets, for the check.
+	LabelSets []string `json:"label_sets,omitempty"`
 	// Replay lists the earlier actions of the episode that touched the
 	// workspace (validate_code and terminal runs), in order: every one a
 	// sandbox ran appears in every later request's list. A worker that
@@ -559,6 +596,7 @@ type Observation struct {
 	Result       ExecResult `json:"result"`
 	CheckWanted  bool       `json:"check_wanted"`
 	VerifierMode string     `json:"verifier_mode,omitempty"`
+	LabelSets    []string   `json:"label_sets,omitempty"`
 	Check        *Check     `json:"check,omitempty"`
 	Worker       string     `json:"worker,omitempty"`
 }
@@ -673,7 +711,10 @@ type Score struct {
 	Reward          float64 `json:"reward"`
 	NumTurns        int     `json:"num_turns"`
 	VerifierVersion string  `json:"verifier_version"`
-	Object          string  `json:"object,omitempty"`
+	// LabelSet is the label set the episode was scored against (contract
+	// 1.5; "" from older verifiers).
+	LabelSet string `json:"label_set,omitempty"`
+	Object   string `json:"object,omitempty"`
 	// Store is the trajectory store the row was written to: a directory's
 	// absolute path or s3://bucket/prefix (contract 1.2), so a CLI that
 	// submitted the run over --nats reads the rows where they are.

@@ -58,7 +58,18 @@ func (c *Cache) Reference(ctx context.Context, dataset, split, id string) (strin
 	return t.Reference, nil
 }
 
-// Truth returns the ground truth of a task.
+// TruthFor returns the ground truth of a task under the label set chosen
+// for its dataset in sets, or the default for the verifier mode
+// (Task.TruthFor).
+func (c *Cache) TruthFor(ctx context.Context, dataset, split, id string, upstream bool, sets []string) (Truth, error) {
+	t, err := c.Task(ctx, dataset, split, id)
+	if err != nil {
+		return Truth{}, err
+	}
+	return t.TruthFor(upstream, sets)
+}
+
+// Truth returns the ground truth of a task under its default label set.
 func (c *Cache) Truth(ctx context.Context, dataset, split, id string) (Truth, error) {
 	t, err := c.Task(ctx, dataset, split, id)
 	if err != nil {

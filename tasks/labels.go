@@ -317,6 +317,25 @@ func (t *Task) TruthFor(upstream bool, sets []string) (Truth, error) {
 	return t.Truth, nil
 }
 
+// CheckRunLabels checks a run's label set choice against the tasks it
+// selected: every id names a label set of a built-in dataset, and every
+// task has a truth under the choice (tasks of upstream files have only
+// their own labels).
+func CheckRunLabels(ts []Task, upstream bool, sets []string) error {
+	if len(sets) == 0 {
+		return nil
+	}
+	if err := CheckLabelSets(sets); err != nil {
+		return err
+	}
+	for i := range ts {
+		if _, err := ts[i].TruthFor(upstream, sets); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (t *Task) labelSetIDs() []string {
 	ids := []string{t.Truth.LabelSet}
 	for id := range t.Labels {

@@ -300,6 +300,7 @@ func (e *Engine) advance(ctx context.Context, st schemas.EpisodeState) (schemas.
 			// is only wanted to be shown (ShowVerdict).
 			Check:        act.Name == schemas.ActionValidateCode && (req.Options.EndOn != schemas.EndOnAnswer || req.Options.ShowVerdict),
 			VerifierMode: req.Options.VerifierMode,
+			LabelSets:    req.Options.LabelSets,
 			Replay:       replayable(st.Turns[:idx]),
 			OutputFiles:  req.Task.OutputFiles,
 			Harness:      req.Task.Harness,

@@ -79,6 +79,7 @@ const (
 	colAgentTreeHash
 	colVerifierTreeHash
 	colObservationRole
+	colLabelSet
 	numCols
 )
 
@@ -115,6 +116,7 @@ var schema = arrow.NewSchema([]arrow.Field{
 	colAgentTreeHash:    str("agent_tree_hash"),
 	colVerifierTreeHash: str("verifier_tree_hash"),
 	colObservationRole:  str("observation_role"),
+	colLabelSet:         str("label_set"),
 }, func() *arrow.Metadata {
 	m := arrow.NewMetadata([]string{MetadataVersionKey}, []string{SchemaVersion})
 	return &m
@@ -193,6 +195,7 @@ func appendRow(b *array.RecordBuilder, r *Row) {
 	s(colAgentTreeHash, r.AgentTreeHash)
 	s(colVerifierTreeHash, r.VerifierTreeHash)
 	s(colObservationRole, r.ObservationRole)
+	s(colLabelSet, r.LabelSet)
 }
 
 func appendTurns(sb *array.StructBuilder, turns []Turn) {
@@ -321,6 +324,8 @@ func readColumn(c int, a arrow.Array, rows []Row) error {
 		return readStrings(a, rows, func(r *Row, v string) { r.VerifierTreeHash = v })
 	case colObservationRole: // absent from files before schema version 5
 		return readStrings(a, rows, func(r *Row, v string) { r.ObservationRole = v })
+	case colLabelSet: // absent from files before schema version 7
+		return readStrings(a, rows, func(r *Row, v string) { r.LabelSet = v })
 	}
 	return nil
 }

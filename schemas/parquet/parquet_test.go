@@ -63,7 +63,7 @@ func sampleResult() (schemas.EpisodeResult, schemas.Score) {
 		FinishedAt:  start.Add(1500 * time.Millisecond),
 	}
 	sc := schemas.Score{RunID: "run-1", EpisodeID: "ep-7", Outcome: schemas.OutcomeCorrect, Reward: 1,
-		VerifierVersion: "v3"}
+		VerifierVersion: "v3", LabelSet: "mimic_iii@source"}
 	return res, sc
 }
 
@@ -77,7 +77,7 @@ func TestFromEpisode(t *testing.T) {
 		r.Category != "ehr" || r.Split != "test" || r.SampleIndex != 3 || r.Attempt != 1 || r.Policy != "openai" ||
 		r.Model != "qwen" || r.PolicyVersion != 5 || r.Outcome != "correct" || r.Reward != 1 ||
 		r.Termination != "accepted" || r.VerifierVersion != "v3" || r.VerifierMode != "strict" ||
-		r.SchemaVersion != parquet.SchemaVersion || r.FinalAnswer != "42" {
+		r.SchemaVersion != parquet.SchemaVersion || r.FinalAnswer != "42" || r.LabelSet != "mimic_iii@source" {
 		t.Errorf("identity fields wrong: %+v", r)
 	}
 	if r.NumTurns != 2 || r.PromptTokens != 230 || r.CompletionTokens != 25 {

@@ -10,7 +10,7 @@ import (
 // SchemaVersion is the version of the trajectory schema. Bump it on any
 // change to the columns, together with testdata/schema.golden and the table
 // in schemas/README.md.
-const SchemaVersion = "6"
+const SchemaVersion = "7"
 
 // Row is one episode: the Go form of one row of a trajectory file.
 type Row struct {
@@ -57,6 +57,10 @@ type Row struct {
 	// trained on the context it was sampled in. Added in schema version
 	// 5; older rows read back "" (use ObsRole, which says "user").
 	ObservationRole string
+	// LabelSet is the label set the episode was scored against
+	// ("medcalcbench@medgym-1"), so a rescore under another set knows what
+	// it changes. Added in schema version 7; older rows read back "".
+	LabelSet string
 }
 
 // DefaultObservationRole is the observation role of rows written before
@@ -161,6 +165,7 @@ func FromEpisode(res schemas.EpisodeResult, sc schemas.Score, verifierMode strin
 		AgentTreeHash:    lib.Agent,
 		VerifierTreeHash: lib.Verifier,
 		ObservationRole:  observationRole(res.Messages),
+		LabelSet:         sc.LabelSet,
 	}
 	if req.Policy.Temperature != nil {
 		t := *req.Policy.Temperature

@@ -27,7 +27,7 @@ const (
 
 // laterColumns are the top-level columns added after version 1, with the
 // version that added them: older files lack them and read back empty.
-var laterColumns = map[string]int{"agent_tree_hash": 3, "verifier_tree_hash": 3, "observation_role": 5}
+var laterColumns = map[string]int{"agent_tree_hash": 3, "verifier_tree_hash": 3, "observation_role": 5, "label_set": 7}
 
 // checkColumns fails when a file's schema lacks a column every version has.
 // Before it, a file without "reward" read back as reward 0.

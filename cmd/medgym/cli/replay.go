@@ -57,7 +57,10 @@ func replayCommand(ctx context.Context, exec bool, args []string, stdout, stderr
 	runID := fs.String("run", "", "run id to "+name+" (required)")
 	episodes := fs.String("episode", "", "only these episode ids, comma separated")
 	mode := fs.String("verifier-mode", "", "re-score with strict or upstream rules (default: each episode's recorded mode)")
-	write := fs.Bool("write", false, "write episodes re-scored under a different verifier version to run <run>-replay-<version hash>")
+	write := fs.Bool("write", false, "write episodes re-scored under a different verifier version to run <run>-replay-<version hash>; "+
+		"with --labels, every episode to <run>-replay-<version hash>-<label sets>")
+	labels := fs.String("labels", "", "re-grade against these label sets, comma separated, one per dataset (`medgym tasks labels` lists them); "+
+		"a dataset not named keeps the label set its rows record")
 	var scoring verifier.Scoring // the verifier's reward flags, as configured for the run
 	scoring.RegisterFlags(fs)
 	data := fs.String("data", tasks.DataRoot(), "shared data root (task sources); env MEDGYM_DATA")
@@ -87,6 +90,10 @@ func replayCommand(ctx context.Context, exec bool, args []string, stdout, stderr
 		if _, err := verify.ParseMode(*mode); err != nil {
 			return fmt.Errorf("--verifier-mode: %w", err)
 		}
+	}
+	labelSets := splitList(*labels)
+	if err := tasks.CheckLabelSets(labelSets); err != nil {
+		return fmt.Errorf("--labels: %w", err)
 	}
 	st, err := store.Open(ctx, *storeURL, store.Options{Endpoint: *endpoint, Region: *region, UseSSL: !*insecure})
 	if err != nil {
@@ -142,13 +149,16 @@ func replayCommand(ctx context.Context, exec bool, args []string, stdout, stderr
 		return err
 	}
 	rep, err := replay.Run(ctx, *runID, rows, replay.Options{Tasks: tasks.NewCache(*data, *tasksDir, *library), Exec: ex, Hashes: hashes,
-		Mode: *mode, Scoring: scoring, EpisodeOptions: eo, Concurrency: *conc})
+		Mode: *mode, Scoring: scoring, EpisodeOptions: eo, Concurrency: *conc, LabelSets: labelSets})
 	if err != nil {
 		return err
 	}
 	printReplay(stdout, name, rep, time.Since(start))
+	if len(labelSets) > 0 {
+		printFlips(stdout, labelSets, replay.FlipsOf(rep))
+	}
 	if *write {
-		if err := writeRescored(ctx, st, rep, stdout); err != nil {
+		if err := writeRescored(ctx, st, rep, labelSets, stdout); err != nil {
 			return err
 		}
 	}
@@ -236,10 +246,21 @@ func cell(s string) string {
 	return q
 }
 
+// printFlips says what a re-grade under other label sets changes for
+// training.
+func printFlips(w io.Writer, labels []string, f replay.Flips) {
+	fmt.Fprintf(w, "under %s: %d episode(s) change reward (%d up, %d down)\n", strings.Join(labels, ", "), f.Up+f.Down, f.Up, f.Down)
+	fmt.Fprintf(w, "  SFT / rejection sampling (correct episodes): %d in, %d out\n", f.SFTIn, f.SFTOut)
+	fmt.Fprintf(w, "  preference pairs (same task, different reward): %d reversed, %d new, %d gone\n", f.PairsReversed, f.PairsNew, f.PairsGone)
+	fmt.Fprintf(w, "  GRPO groups (a task's episodes): %d change, %d with an advantage changing sign\n", f.Groups, f.GroupsSignFlip)
+}
+
 // writeRescored writes the episodes re-scored under a verifier version
 // other than the recorded one to <run>-replay-<hash>, one new run per
-// version, never into the recorded run.
-func writeRescored(ctx context.Context, st *store.Store, rep replay.Report, w io.Writer) error {
+// version, never into the recorded run. With label sets it writes every
+// episode to <run>-replay-<hash>-<label sets>: the whole run under the new
+// labels, which `trainer build` then reads like any run.
+func writeRescored(ctx context.Context, st *store.Store, rep replay.Report, labels []string, w io.Writer) error {
 	byRun := map[string][]parquet.Row{}
 	var order []string
 	skipped := 0
@@ -249,10 +270,10 @@ func writeRescored(ctx context.Context, st *store.Store, rep replay.Report, w io
 			continue
 		}
 		v := e.Rescored.VerifierVersion
-		if v == e.Recorded.VerifierVersion {
+		if v == e.Recorded.VerifierVersion && len(labels) == 0 {
 			continue
 		}
-		id := replay.RunID(rep.RunID, v)
+		id := replay.LabelsRunID(rep.RunID, v, labels)
 		r := e.Rescored
 		r.RunID = id
 		if _, ok := byRun[id]; !ok {
@@ -287,8 +308,11 @@ func writeRescored(ctx context.Context, st *store.Store, rep replay.Report, w io
 		if err != nil {
 			return err
 		}
-		m, err := store.NewManifest(id, all, map[string]any{"replay_of": rep.RunID,
-			"verifier_version": rows[0].VerifierVersion, "verifier_mode": rows[0].VerifierMode})
+		cfg := map[string]any{"replay_of": rep.RunID, "verifier_version": rows[0].VerifierVersion, "verifier_mode": rows[0].VerifierMode}
+		if len(labels) > 0 {
+			cfg["label_sets"] = labels
+		}
+		m, err := store.NewManifest(id, all, cfg)
 		if err != nil {
 			return err
 		}

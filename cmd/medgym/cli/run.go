@@ -54,6 +54,7 @@ type RunFlags struct {
 	ShowVerdict    bool
 	LoopGuard      string
 	VerifierMode   string
+	Labels         string
 	ActionTO       int
 	EpisodeTO      int
 	MaxInFlight    int
@@ -106,6 +107,8 @@ func (f *RunFlags) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.ShowVerdict, "show-verdict", false, "show the verifier's verdict on code runs to the model (upstream: no)")
 	fs.StringVar(&f.LoopGuard, "loop-guard", "warn", "repeated identical action: off, warn or stop")
 	fs.StringVar(&f.VerifierMode, "verifier-mode", "strict", "strict or upstream (upstream-compatible rules, bugs included)")
+	fs.StringVar(&f.Labels, "labels", "", "label sets to score against, comma separated, one per dataset (e.g. medcalcbench@v1.0; `medgym tasks labels` lists them); "+
+		"a dataset not named gets its corrected set under strict rules, the benchmark's own labels under upstream rules")
 	fs.IntVar(&f.ActionTO, "action-timeout", 120, "seconds per action")
 	fs.IntVar(&f.EpisodeTO, "episode-timeout", 0, "seconds per episode (0 = none)")
 	fs.IntVar(&f.MaxInFlight, "max-in-flight", 64, "episodes in flight at once")
@@ -142,6 +145,7 @@ func (f *RunFlags) Spec() (schemas.RunSpec, error) {
 	if f.UpstreamCompat {
 		opts = schemas.UpstreamOptions()
 	}
+	opts.LabelSets = splitList(f.Labels) // a label set choice holds under either rules
 	// Credentials in --llm-url stay in this process (its in-process
 	// llm-worker uses them): the spec, which is published and stored, gets
 	// the URL without them. A remote llm-worker needs its own --llm-url.
@@ -299,7 +303,11 @@ func preflight(ctx context.Context, spec schemas.RunSpec, f *RunFlags) error {
 		// the limit, which counts across datasets.
 		all := spec
 		all.Limit = 0
-		selected += len(tasks.Select(all, ts))
+		sel := tasks.Select(all, ts)
+		if err := tasks.CheckRunLabels(sel, spec.Options.VerifierMode == "upstream", spec.Options.LabelSets); err != nil {
+			return fmt.Errorf("--labels: %w", err)
+		}
+		selected += len(sel)
 	}
 	if spec.Limit > 0 {
 		selected = min(selected, spec.Limit)

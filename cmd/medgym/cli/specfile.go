@@ -72,6 +72,7 @@ func overlay(fs *flag.FlagSet, file, flags schemas.RunSpec) schemas.RunSpec {
 		"show-verdict":    func() { file.Options.ShowVerdict = flags.Options.ShowVerdict },
 		"loop-guard":      func() { file.Options.LoopGuard = flags.Options.LoopGuard },
 		"verifier-mode":   func() { file.Options.VerifierMode = flags.Options.VerifierMode },
+		"labels":          func() { file.Options.LabelSets = flags.Options.LabelSets },
 		"action-timeout":  func() { file.Options.ActionTimeoutSec = flags.Options.ActionTimeoutSec },
 		"episode-timeout": func() { file.Options.EpisodeTimeoutSec = flags.Options.EpisodeTimeoutSec },
 		"upstream-compat": func() { file.Options = flags.Options },

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/services/sandbox-worker/sandbox"
@@ -20,7 +21,7 @@ import (
 
 func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: medgym tasks stats|show|list|verify|generate|reference-outputs|stage-upstream [flags]")
+		return fmt.Errorf("usage: medgym tasks stats|show|list|labels|verify|generate|reference-outputs|stage-upstream [flags]")
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
@@ -32,6 +33,8 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return cmdTasksStageUpstream(args, stdout, stderr)
 	case "reference-outputs":
 		return cmdTasksReferenceOutputs(ctx, args, stdout, stderr)
+	case "labels":
+		return cmdTasksLabels(args, stdout, stderr)
 	}
 	fs := flag.NewFlagSet("tasks "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -416,4 +419,67 @@ func cmdTasksReferenceOutputs(ctx context.Context, args []string, stdout, stderr
 	fmt.Fprintf(stdout, "%d biocoder reference outputs written to %s (%d failed, %d silent: not gradable in strict mode)\n",
 		len(outs), path, failed, silent)
 	return nil
+}
+
+// cmdTasksLabels lists the label sets of every built-in dataset (the
+// strict and the upstream-compatible verifier's defaults marked), or the
+// labels one declared set changes, with their reasons and sources.
+func cmdTasksLabels(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tasks labels", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	set := fs.String("set", "", "print the labels this declared set changes (e.g. "+tasks.MedCalcCorrected+")")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("usage: medgym tasks labels [--set ID]")
+	}
+	declared, err := tasks.DeclaredLabelSets()
+	if err != nil {
+		return err
+	}
+	if *set != "" {
+		for _, ls := range declared {
+			if ls.ID != *set {
+				continue
+			}
+			fmt.Fprintf(stdout, "%s: %s\nbase: %s\nlicence: %s\n\n", ls.ID, ls.Description, ls.Base, ls.Licence)
+			tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "TASK\tWAS\tNOW\tREASON\tSOURCE")
+			for _, l := range ls.Labels {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", l.TaskID, l.Was, l.Answer, l.Reason, l.Source)
+			}
+			return tw.Flush()
+		}
+		return fmt.Errorf("no declared label set %q (medgym tasks labels lists them)", *set)
+	}
+	byID := map[string]tasks.LabelSet{}
+	for _, ls := range declared {
+		byID[ls.ID] = ls
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "DATASET\tLABEL SET\tCHANGES\tDEFAULT FOR")
+	for _, ds := range tasks.Datasets() {
+		strict := tasks.BaseLabelSet(ds)
+		for _, ls := range declared {
+			if ls.Dataset == ds && ls.Default {
+				strict = ls.ID
+			}
+		}
+		for _, id := range tasks.LabelSetsOf(ds) {
+			var def []string
+			if id == strict {
+				def = append(def, "strict")
+			}
+			if id == tasks.BaseLabelSet(ds) {
+				def = append(def, "upstream")
+			}
+			changes := "-"
+			if ls, ok := byID[id]; ok {
+				changes = strconv.Itoa(len(ls.Labels))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ds, id, changes, strings.Join(def, ", "))
+		}
+	}
+	return tw.Flush()
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -20,7 +21,7 @@ func TestUpstreamCompatFlagsAndSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec, err := f.Spec()
-	if err != nil || spec.Options != schemas.UpstreamOptions() {
+	if err != nil || !reflect.DeepEqual(spec.Options, schemas.UpstreamOptions()) {
 		t.Fatalf("--upstream-compat: %+v, %v", spec.Options, err)
 	}
 	for _, extra := range [][]string{{"--end-on", "both"}, {"--max-turns", "30"}, {"--verifier-mode", "strict"}, {"--show-verdict"}} {
@@ -34,7 +35,7 @@ func TestUpstreamCompatFlagsAndSpec(t *testing.T) {
 	if err := os.WriteFile(good, []byte("datasets: [medcalcbench]\noptions:\n  compat: upstream\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if s, err := loadSpecFile(good); err != nil || s.Options != schemas.UpstreamOptions() || s.Options.Validate() != nil {
+	if s, err := loadSpecFile(good); err != nil || !reflect.DeepEqual(s.Options, schemas.UpstreamOptions()) || s.Options.Validate() != nil {
 		t.Fatalf("compat spec: %+v, %v", s.Options, err)
 	}
 	bad := filepath.Join(dir, "bad.yaml")
@@ -56,7 +57,7 @@ func TestUpstreamCompatFlagsAndSpec(t *testing.T) {
 	}
 	want := schemas.DefaultOptions()
 	want.EndOn = schemas.EndOnBoth
-	if s, err := loadSpecFile(old); err != nil || s.Options.Upstream() || s.Options != want {
+	if s, err := loadSpecFile(old); err != nil || s.Options.Upstream() || !reflect.DeepEqual(s.Options, want) {
 		t.Errorf("old spec: %+v, %v", s.Options, err)
 	}
 }

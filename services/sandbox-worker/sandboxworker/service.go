@@ -86,7 +86,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 			return fmt.Errorf("execute %s turn %d: %w", req.Ref.EpisodeID, req.Ref.Turn, err)
 		}
 		obs := schemas.Observation{Ref: req.Ref, Action: req.Action.Name, Result: res,
-			CheckWanted: req.Check, VerifierMode: req.VerifierMode, Worker: cfg.Worker}
+			CheckWanted: req.Check, VerifierMode: req.VerifierMode, LabelSets: req.LabelSets, Worker: cfg.Worker}
 		return conn.Publish(ctx, schemas.ObservationProduced.For(req.Ref.RunID),
 			schemas.MsgID(req.Ref.EpisodeID, req.Ref.Turn, "obs"), obs)
 	}

@@ -3,6 +3,7 @@ package online
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"github.com/medgym/medgym/schemas"
@@ -38,7 +39,7 @@ func TestEpisodeRuleIsNoOracle(t *testing.T) {
 		}
 		l := New(cfg, nil, nil, nil, nil)
 		for _, spec := range []schemas.RunSpec{l.spec(0, "m", 0), l.spec(3, "m-v3", 3)} {
-			if spec.Options != c.want {
+			if !reflect.DeepEqual(spec.Options, c.want) {
 				t.Fatalf("%q: the iteration's run has options %+v, want %+v", c.episode, spec.Options, c.want)
 			}
 		}

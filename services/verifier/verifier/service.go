@@ -127,7 +127,7 @@ func (v *verifier) check(ctx context.Context, obs schemas.Observation) error {
 		if err != nil {
 			return bus.Permanent(err)
 		}
-		truth, err := v.lib.Truth(ctx, obs.Ref.Dataset, obs.Ref.Split, obs.Ref.TaskID)
+		truth, err := v.lib.TruthFor(ctx, obs.Ref.Dataset, obs.Ref.Split, obs.Ref.TaskID, mode == verify.Upstream, obs.LabelSets)
 		if err != nil {
 			return bus.Permanent(fmt.Errorf("check %s turn %d: %w", obs.Ref.EpisodeID, obs.Ref.Turn, err))
 		}
@@ -158,11 +158,12 @@ func (v *verifier) score(ctx context.Context, res schemas.EpisodeResult) error {
 		NumTurns: len(res.Turns), VerifierVersion: verify.VersionFor(mode), ScoredAt: time.Now().UTC(),
 		Store: v.store,
 	}
-	truth, err := v.lib.Truth(ctx, req.Task.Dataset, req.Task.Split, req.Task.ID)
+	truth, err := v.lib.TruthFor(ctx, req.Task.Dataset, req.Task.Split, req.Task.ID, mode == verify.Upstream, req.Options.LabelSets)
 	if err != nil {
 		sc.Outcome = schemas.OutcomeInfraFailure
 		res.Error = joinErr(res.Error, "ground truth: "+err.Error())
 	} else {
+		sc.LabelSet = truth.LabelSet
 		var verdict string
 		sc.Outcome, sc.Reward, verdict = verify.Score(v.cfg.Scoring.Options(mode), truth, res)
 		if sc.Outcome != schemas.OutcomeCorrect && verdict != "" {

@@ -17,9 +17,12 @@ package replay
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -60,6 +63,11 @@ type Options struct {
 	// Hashes are the task trees replayed with, recorded in the rescored
 	// rows (the recorded rows keep theirs).
 	Hashes schemas.TreeHashes
+	// LabelSets re-grades against these label sets (one per dataset, see
+	// tasks.CheckLabelSets); a dataset not named keeps the label set its
+	// row records (or, for rows older than the column, the mode's
+	// default).
+	LabelSets []string
 }
 
 // Change is one difference between the record and the replay.
@@ -173,6 +181,18 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 		return fail(err)
 	}
 	mode = string(m)
+	sets := opt.LabelSets
+	if row.LabelSet != "" && !namesDataset(sets, row.Dataset) {
+		sets = append(slices.Clip(sets), row.LabelSet)
+	}
+	truth, err := task.TruthFor(m == verify.Upstream, sets)
+	if err != nil {
+		return fail(err)
+	}
+	if row.LabelSet != "" && truth.LabelSet != row.LabelSet {
+		ep.Changes = append(ep.Changes, Change{EpisodeID: row.EpisodeID, TaskID: row.TaskID, Turn: -1,
+			Field: "label_set", Recorded: row.LabelSet, Replayed: truth.LabelSet})
+	}
 	if opt.Exec != nil {
 		defer func() { _ = opt.Exec.Release(row.EpisodeID) }()
 	}
@@ -208,7 +228,7 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 				ep.NeedsExecution = true
 			}
 			if req.Check {
-				c := verify.CheckOutput(m, row.Dataset, task.Truth, execOfStored(turns[i]))
+				c := verify.CheckOutput(m, row.Dataset, truth, execOfStored(turns[i]))
 				if c.Accepted != t.Accepted {
 					change(i, "accepted", strconv.FormatBool(t.Accepted), strconv.FormatBool(c.Accepted))
 				}
@@ -252,7 +272,7 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 		nt.Truncated, nt.DurationMS = res.Truncated, res.DurationMS
 		nt.StdoutBytes, nt.StderrBytes = stdoutBytes, stderrBytes
 		if req.Check {
-			c := verify.CheckOutput(m, row.Dataset, task.Truth, res)
+			c := verify.CheckOutput(m, row.Dataset, truth, res)
 			if c.Accepted != t.Accepted {
 				change(i, "accepted", strconv.FormatBool(t.Accepted), strconv.FormatBool(c.Accepted))
 			}
@@ -261,7 +281,7 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 	}
 
 	res := episodeResult(row, task.View, eo, mode, turns)
-	outcome, reward, verdict := verify.Score(opt.Scoring.Options(m), task.Truth, res)
+	outcome, reward, verdict := verify.Score(opt.Scoring.Options(m), truth, res)
 	ep.Verdict = verdict
 	if string(outcome) != row.Outcome {
 		change(-1, "outcome", row.Outcome, string(outcome))
@@ -270,6 +290,7 @@ func replayEpisode(ctx context.Context, row parquet.Row, eo schemas.EpisodeOptio
 		change(-1, "reward", fmtFloat(row.Reward), fmtFloat(reward))
 	}
 	ep.Rescored = rescored(row, turns, outcome, reward, verdict, mode)
+	ep.Rescored.LabelSet = truth.LabelSet
 	ep.Rescored.AgentTreeHash, ep.Rescored.VerifierTreeHash = opt.Hashes.Agent, opt.Hashes.Verifier
 	return ep
 }
@@ -299,6 +320,16 @@ func executed(view schemas.TaskView, turns []parquet.Turn, i int, eo schemas.Epi
 		}
 	}
 	return true
+}
+
+// namesDataset reports whether sets holds a label set of dataset.
+func namesDataset(sets []string, dataset string) bool {
+	for _, id := range sets {
+		if strings.HasPrefix(id, dataset+"@") {
+			return true
+		}
+	}
+	return false
 }
 
 func contains(list []string, s string) bool {
@@ -404,6 +435,28 @@ func RunID(run, version string) string {
 		return '_'
 	}, h)
 	return run + "-replay-" + h
+}
+
+// LabelsRunID is the run id rows re-scored under verifier version v and
+// the label sets labels are written to: RunID's, then the label sets
+// (cleaned, joined with "_"; a hash of them when that is long).
+func LabelsRunID(run, version string, labels []string) string {
+	id := RunID(run, version)
+	if len(labels) == 0 {
+		return id
+	}
+	sorted := slices.Sorted(slices.Values(labels))
+	tag := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, strings.Join(sorted, "_"))
+	if len(tag) > 64 {
+		h := sha256.Sum256([]byte(strings.Join(sorted, ",")))
+		tag = "labels-" + hex.EncodeToString(h[:])[:12]
+	}
+	return id + "-" + tag
 }
 
 // Versions returns the distinct recorded verifier versions of rows, in

@@ -225,6 +225,9 @@ func (d *Dispatcher) plan(ctx context.Context, spec schemas.RunSpec) (*Plan, err
 	if err := CheckReferences(spec, sel); err != nil {
 		return nil, err
 	}
+	if err := tasks.CheckRunLabels(sel, spec.Options.VerifierMode == "upstream", spec.Options.LabelSets); err != nil {
+		return nil, fmt.Errorf("run %s: %w", spec.RunID, err)
+	}
 	return NewPlan(spec, sel, d.cfg.MaxEpisodes)
 }
 

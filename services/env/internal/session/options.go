@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/tasks"
 )
 
 // Options are a session's episode rules and labels (the API's options);
@@ -24,6 +25,7 @@ type Options struct {
 	RunID             string            `json:"run_id,omitempty"`
 	Tags              map[string]string `json:"tags,omitempty"`
 	Reward            string            `json:"reward,omitempty"`
+	LabelSets         []string          `json:"label_sets,omitempty"`
 }
 
 // resolve returns the episode options, the recorded policy and the run;
@@ -55,8 +57,12 @@ func (o Options) resolve(defaultRun, defaultModel, defaultEndOn string) (schemas
 	if o.ShowVerdict != nil {
 		opts.ShowVerdict = *o.ShowVerdict
 	}
+	opts.LabelSets = o.LabelSets
 	if err := opts.Validate(); err != nil {
 		return opts, schemas.PolicySpec{}, "", fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := tasks.CheckLabelSets(opts.LabelSets); err != nil {
+		return opts, schemas.PolicySpec{}, "", fmt.Errorf("%w: options: %w", ErrInvalid, err)
 	}
 	switch o.Reward {
 	case "", "verifier":
