@@ -25,6 +25,7 @@ OPTION_KEYS = (
     "run_id",
     "tags",
     "reward",
+    "label_sets",
 )
 
 URL_ENV = "MEDGYM_URL"

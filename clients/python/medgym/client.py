@@ -316,7 +316,7 @@ class Client(_Protocol):
         """Start an episode of task_id: ``{session_id, run_id, episode_id, task, messages, tools, turn, max_turns}``.
         dataset and split are needed only when the id is ambiguous. options (None values are left out): max_turns,
         end_on, verifier_mode, show_verdict, loop_guard, action_timeout_sec, episode_timeout_sec, compat, prompt_mode, seed,
-        temperature, model, run_id, tags, reward."""
+        temperature, model, run_id, tags, reward, label_sets (e.g. ``["medcalcbench@v1.0"]``: the labels to score against)."""
         return self._call(self._create(task_id, dataset, split, options))
 
     def prompt(

@@ -223,8 +223,13 @@ func TestOptions(t *testing.T) {
 	if err != nil || o.MaxTurns != 3 || o.EndOn != "answer" || p.Model != "m" || p.Name != schemas.PolicyOpenAI || run != "r" {
 		t.Fatalf("resolve: %+v %+v %q %v", o, p, run, err)
 	}
+	if o, _, _, err := (Options{LabelSets: []string{"medcalcbench@v1.0"}}).resolve("r", "x", ""); err != nil || len(o.LabelSets) != 1 {
+		t.Fatalf("label sets: %+v %v", o.LabelSets, err)
+	}
 	bad := 0
-	for _, b := range []Options{{MaxTurns: &bad}, {Reward: "shaped"}, {RunID: "a.b"}, {EndOn: new(string)}} {
+	for _, b := range []Options{{MaxTurns: &bad}, {Reward: "shaped"}, {RunID: "a.b"}, {EndOn: new(string)},
+		{LabelSets: []string{"medcalcbench@v9"}}, {LabelSets: []string{"medcalcbench@v1.0", "medcalcbench@medgym-1"}},
+		{LabelSets: []string{"../x"}}} {
 		if _, _, _, err := b.resolve("r", "x", ""); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%+v: %v, want ErrInvalid", b, err)
 		}
