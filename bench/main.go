@@ -62,6 +62,14 @@ var suites = []suite{
 		{"episodes stored per second, 256 per Write (the verifier's Batcher) / one per Write", "BenchmarkWrite/batch-256", "BenchmarkWrite/batch-1", "rows/s"},
 		{"bytes on disk per episode, one per Write / 256 per Write", "BenchmarkWrite/batch-1", "BenchmarkWrite/batch-256", "disk-B/row"},
 	}},
+	{Name: "rescore", Pkg: "./cmd/medgym/cli", Bench: "BenchmarkRescore", Benchtime: "1x", Show: []ratio{
+		{What: "episodes re-scored (MEDGYM_BENCH_RESCORE_ROWS)", Num: "BenchmarkRescore", Unit: "rows"},
+		{What: "re-score under the recorded labels, rows/s", Num: "BenchmarkRescore", Unit: "rows/s"},
+		{What: "re-score under medcalcbench@v1.0, rows/s", Num: "BenchmarkRescore", Unit: "labels-rows/s"},
+		{What: "episodes whose reward flips under medcalcbench@v1.0", Num: "BenchmarkRescore", Unit: "flips"},
+	}, Targets: []target{
+		{ratio: ratio{"1,000,000 stored episodes re-scored in <= 60 s (>= 16,667 rows/s)", "BenchmarkRescore", "", "labels-rows/s"}, Min: 16667},
+	}},
 	{Name: "sandbox", Pkg: "./services/sandbox-worker/sandbox", Bench: "BenchmarkPandasGroupby", Benchtime: "20x", Ratios: []ratio{
 		{"pandas action p50, cold bwrap / warm pool", "BenchmarkPandasGroupby/cold", "BenchmarkPandasGroupby/warm", "p50-ms"},
 		{"pandas action p50 on an episode's second turn, docker / warm pool", "BenchmarkPandasGroupby/docker", "BenchmarkPandasGroupby/warm", "turn2-p50-ms"},

@@ -563,38 +563,64 @@ func (s *Store) ReadRun(ctx context.Context, runID string) ([]parquet.Row, error
 // "read run R: trajectories/run=R/part-….parquet: " and check's error
 // (parquet.Row.Validate names the episode and the column).
 func (s *Store) ReadRunChecked(ctx context.Context, runID string, check func(*parquet.Row) error) ([]parquet.Row, error) {
-	keys, err := s.partKeys(ctx, runID)
-	if err != nil {
-		return nil, err
-	}
 	var rows []parquet.Row
-	seen := map[string]struct{}{}
-	for _, k := range keys {
-		data, err := s.be.get(ctx, k)
-		if err != nil {
-			return nil, fmt.Errorf("read run %s: %w", runID, err)
-		}
-		got, err := parquet.Read(ctx, bytes.NewReader(data))
-		if err != nil {
-			return nil, fmt.Errorf("read run %s: %s: %w", runID, k, err)
-		}
+	err := s.scan(ctx, runID, nil, func(key string, got []parquet.Row) error {
 		for i := range got {
 			if check == nil {
 				break
 			}
 			if err := check(&got[i]); err != nil {
-				return nil, fmt.Errorf("read run %s: %s: %w", runID, k, err)
+				return fmt.Errorf("read run %s: %s: %w", runID, key, err)
 			}
 		}
+		rows = append(rows, got...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rows, nil
+}
+
+// ScanRun passes the rows of a run to fn one file at a time, each episode
+// once (as ReadRun: a later copy of an episode is dropped), reading only
+// cols (parquet.ReadColumns; nil reads every column). It keeps no row
+// between files, so a run of any size scans in the memory of one file.
+func (s *Store) ScanRun(ctx context.Context, runID string, cols []string, fn func([]parquet.Row) error) error {
+	return s.scan(ctx, runID, cols, func(_ string, rows []parquet.Row) error { return fn(rows) })
+}
+
+func (s *Store) scan(ctx context.Context, runID string, cols []string, fn func(key string, rows []parquet.Row) error) error {
+	keys, err := s.partKeys(ctx, runID)
+	if err != nil {
+		return err
+	}
+	seen := map[string]struct{}{}
+	for _, k := range keys {
+		data, err := s.be.get(ctx, k)
+		if err != nil {
+			return fmt.Errorf("read run %s: %w", runID, err)
+		}
+		got, err := parquet.ReadColumns(ctx, bytes.NewReader(data), cols)
+		if err != nil {
+			return fmt.Errorf("read run %s: %s: %w", runID, k, err)
+		}
+		kept := got[:0]
 		for _, r := range got {
 			if _, dup := seen[r.EpisodeID]; dup {
 				continue
 			}
 			seen[r.EpisodeID] = struct{}{}
-			rows = append(rows, r)
+			kept = append(kept, r)
+		}
+		if len(kept) == 0 {
+			continue
+		}
+		if err := fn(k, kept); err != nil {
+			return err
 		}
 	}
-	return rows, nil
+	return nil
 }
 
 // Runs lists the run ids that have any object in the store, sorted.

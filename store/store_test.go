@@ -157,8 +157,35 @@ func testStore(t *testing.T, open func(t *testing.T) *store.Store) {
 		t.Errorf("manifest = %+v", back)
 	}
 	// The manifest must not be read as data.
-	if rows, err := st.ReadRun(ctx, "r1"); err != nil || len(rows) != 5 {
-		t.Errorf("read run after manifest: %d rows, %v", len(rows), err)
+	all, err := st.ReadRun(ctx, "r1")
+	if err != nil || len(all) != 5 {
+		t.Errorf("read run after manifest: %d rows, %v", len(all), err)
+	}
+	// ScanRun gives the same episodes, file by file, with only the columns
+	// asked for.
+	scanned := map[string]parquet.Row{}
+	nfiles := 0
+	err = st.ScanRun(ctx, "r1", parquet.ScoringColumns, func(rows []parquet.Row) error {
+		nfiles++
+		for _, r := range rows {
+			if _, dup := scanned[r.EpisodeID]; dup {
+				t.Errorf("scan gave episode %s twice", r.EpisodeID)
+			}
+			scanned[r.EpisodeID] = r
+		}
+		return nil
+	})
+	if err != nil || nfiles < 2 || len(scanned) != len(all) {
+		t.Errorf("scan: %d files, %d episodes, %v; want %d episodes", nfiles, len(scanned), err, len(all))
+	}
+	for _, r := range all {
+		if g := scanned[r.EpisodeID]; g.Outcome != r.Outcome || g.Reward != r.Reward || g.Messages != nil || len(g.Turns) != len(r.Turns) {
+			t.Errorf("scanned %s: %+v, read %+v", r.EpisodeID, g, r)
+		}
+	}
+	stop := errors.New("stop")
+	if err := st.ScanRun(ctx, "r1", nil, func([]parquet.Row) error { return stop }); !errors.Is(err, stop) {
+		t.Errorf("scan with a failing callback: %v", err)
 	}
 
 	// CopyLocal mirrors the keys.

@@ -154,6 +154,33 @@ func TestWriteReadRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(ids, []string{"ep-7", "ep-8", "ep-9"}) {
 		t.Errorf("episode ids = %v", ids)
 	}
+
+	// The scoring columns: every field a re-score reads comes back as
+	// written, and the rest (messages, the model's text, observations,
+	// token data) stays zero.
+	part, err := parquet.ReadColumns(t.Context(), bytes.NewReader(buf.Bytes()), parquet.ScoringColumns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rows {
+		want := rows[i]
+		want.Messages, want.PromptTokens, want.CompletionTokens = nil, 0, 0
+		if want.Turns != nil {
+			want.Turns = slices.Clone(want.Turns)
+			for j := range want.Turns {
+				tr := want.Turns[j]
+				want.Turns[j] = parquet.Turn{Index: tr.Index, Action: tr.Action, ParamsJSON: tr.ParamsJSON, ParseError: tr.ParseError,
+					ExecStatus: tr.ExecStatus, ExitCode: tr.ExitCode, Stdout: tr.Stdout, Stderr: tr.Stderr, Truncated: tr.Truncated,
+					Accepted: tr.Accepted, FilesJSON: tr.FilesJSON, StdoutBytes: tr.StdoutBytes, StderrBytes: tr.StderrBytes}
+			}
+		}
+		if !reflect.DeepEqual(part[i], want) {
+			t.Errorf("row %d, scoring columns:\n got  %+v\n want %+v", i, part[i], want)
+		}
+	}
+	if _, err := parquet.ReadColumns(t.Context(), bytes.NewReader(buf.Bytes()), []string{"no_such"}); err == nil {
+		t.Error("a read of no known column succeeded")
+	}
 }
 
 func TestRecordRoundTrip(t *testing.T) {

@@ -99,17 +99,20 @@ func replayCommand(ctx context.Context, exec bool, args []string, stdout, stderr
 	if err != nil {
 		return err
 	}
-	rows, err := st.ReadRun(ctx, *runID)
-	if err != nil {
-		return err
-	}
-	if len(rows) == 0 {
-		return fmt.Errorf("run %s: no episodes in store %s", *runID, st)
-	}
-	if want := splitList(*episodes); len(want) > 0 {
-		rows, err = selectEpisodes(rows, want)
+	var rows []parquet.Row
+	if exec {
+		rows, err = st.ReadRun(ctx, *runID)
 		if err != nil {
-			return fmt.Errorf("run %s: %w", *runID, err)
+			return err
+		}
+		if len(rows) == 0 {
+			return fmt.Errorf("run %s: no episodes in store %s", *runID, st)
+		}
+		if want := splitList(*episodes); len(want) > 0 {
+			rows, err = selectEpisodes(rows, want)
+			if err != nil {
+				return fmt.Errorf("run %s: %w", *runID, err)
+			}
 		}
 	}
 	var eo *schemas.EpisodeOptions
@@ -148,8 +151,14 @@ func replayCommand(ctx context.Context, exec bool, args []string, stdout, stderr
 	if err != nil {
 		return err
 	}
-	rep, err := replay.Run(ctx, *runID, rows, replay.Options{Tasks: tasks.NewCache(*data, *tasksDir, *library), Exec: ex, Hashes: hashes,
-		Mode: *mode, Scoring: scoring, EpisodeOptions: eo, Concurrency: *conc, LabelSets: labelSets})
+	opt := replay.Options{Tasks: tasks.NewCache(*data, *tasksDir, *library), Exec: ex, Hashes: hashes,
+		Mode: *mode, Scoring: scoring, EpisodeOptions: eo, Concurrency: *conc, LabelSets: labelSets}
+	var rep replay.Report
+	if exec {
+		rep, err = replay.Run(ctx, *runID, rows, opt)
+	} else {
+		rep, err = rescoreRun(ctx, st, *runID, splitList(*episodes), *write, opt)
+	}
 	if err != nil {
 		return err
 	}
@@ -166,6 +175,61 @@ func replayCommand(ctx context.Context, exec bool, args []string, stdout, stderr
 		return fmt.Errorf("run %s: %w: %d change(s) in %d episode(s)", *runID, ErrChanged, n, changedEpisodes(rep))
 	}
 	return nil
+}
+
+// rescoreRun re-scores a stored run file by file from the columns the
+// verifier reads (parquet.ScoringColumns): a run of a million episodes
+// never holds its messages or the model's text in memory. Only with
+// write, which copies whole rows into a new run, are the rows read whole.
+// ids, when given, restricts it to those episodes (all must be stored).
+func rescoreRun(ctx context.Context, st *store.Store, runID string, ids []string, write bool, opt replay.Options) (replay.Report, error) {
+	cols := parquet.ScoringColumns
+	if write {
+		cols = nil
+	}
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = false
+	}
+	rep := replay.Report{RunID: runID}
+	err := st.ScanRun(ctx, runID, cols, func(rows []parquet.Row) error {
+		if len(want) > 0 {
+			kept := rows[:0]
+			for _, r := range rows {
+				if _, ok := want[r.EpisodeID]; ok {
+					want[r.EpisodeID] = true
+					kept = append(kept, r)
+				}
+			}
+			rows = kept
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		part, err := replay.Run(ctx, runID, rows, opt)
+		if err != nil {
+			return err
+		}
+		for i := range part.Episodes {
+			if !write { // the report needs the scores, not the turns
+				part.Episodes[i].Recorded.Turns, part.Episodes[i].Rescored.Turns = nil, nil
+			}
+		}
+		rep.Episodes = append(rep.Episodes, part.Episodes...)
+		return nil
+	})
+	if err != nil {
+		return replay.Report{}, err
+	}
+	if len(rep.Episodes) == 0 && len(ids) == 0 {
+		return replay.Report{}, fmt.Errorf("run %s: no episodes in store %s", runID, st)
+	}
+	for _, id := range ids {
+		if !want[id] {
+			return replay.Report{}, fmt.Errorf("run %s: episode %s is not stored", runID, id)
+		}
+	}
+	return rep, nil
 }
 
 func selectEpisodes(rows []parquet.Row, ids []string) ([]parquet.Row, error) {
