@@ -21,8 +21,9 @@ import (
 // A variable for tests.
 var requestTimeout = 10 * time.Second
 
-// bulkTimeout bounds one operation that moves many messages: an object
-// store read or write (a payload in chunks), a bucket's key listing.
+// bulkTimeout bounds one operation of many requests or messages: an
+// object store read or write (a payload in chunks), a bucket's key
+// listing, a purge, a look at the episodes in play.
 const bulkTimeout = time.Minute
 
 // bounded is ctx cut to at most d (see requestTimeout).
