@@ -31,6 +31,8 @@ func WatchMaxDeliveries(ctx context.Context, conn *Conn, log *slog.Logger) (stop
 			log.Warn("bad max-deliveries advisory", "err", err)
 			return
 		}
+		ctx, cancel := bounded(ctx, requestTimeout)
+		defer cancel()
 		if _, ok := schemas.StreamSubjects[adv.Stream]; !ok || adv.Stream == schemas.StreamDeadLetter {
 			return
 		}

@@ -88,8 +88,9 @@ func (c *Conn) objects(ctx context.Context, bucket string) (jetstream.ObjectStor
 	if c.blobs.obj == nil {
 		c.blobs.obj = map[string]jetstream.ObjectStore{}
 	}
-	c.blobs.obj[bucket] = obj
-	return obj, nil
+	bo := boundedObjects{obj}
+	c.blobs.obj[bucket] = bo
+	return bo, nil
 }
 
 // putBlob writes an object to this connection's store (BlobBucket).
@@ -196,7 +197,7 @@ func (c *Conn) StateKV(ctx context.Context, bucket string) (*StateKV, error) {
 	if err != nil {
 		return nil, fmt.Errorf("key-value bucket %s: %w", bucket, err)
 	}
-	return &StateKV{conn: c, kv: kv, bucket: bucket}, nil
+	return &StateKV{conn: c, kv: boundedKV{kv}, bucket: bucket}, nil
 }
 
 // Get returns key's value and revision; jetstream.ErrKeyNotFound when absent.

@@ -76,7 +76,8 @@ func OpenBucket[T any](ctx context.Context, c *Conn, name string) (*Bucket[T], e
 	if err != nil {
 		return nil, fmt.Errorf("key-value bucket %s: %w", name, err)
 	}
-	return &Bucket[T]{name: name, kv: kv, raw: plainKV{kv}}, nil
+	b := boundedKV{kv}
+	return &Bucket[T]{name: name, kv: b, raw: plainKV{b}}, nil
 }
 
 // OpenStateBucket opens the bucket named name with large values offloaded

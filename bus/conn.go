@@ -308,7 +308,9 @@ func (c *Conn) Publish(ctx context.Context, subject, msgID string, v schemas.Val
 	if msgID != "" {
 		msg.Header.Set(jetstream.MsgIDHeader, msgID)
 	}
-	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
+	pctx, cancel := bounded(ctx, requestTimeout)
+	defer cancel()
+	if _, err := c.js.PublishMsg(pctx, msg); err != nil {
 		return fmt.Errorf("publish %s (%s): %w", subject, msgID, err)
 	}
 	return nil

@@ -43,6 +43,13 @@
 //   - shutdown: no ack; the message is redelivered to another process.
 //   - long work: in-progress acks every AckWait/3 keep JetStream from
 //     redelivering a message while it is being worked on.
+//   - every request the bus sends to NATS for a handler (a publish, a
+//     key-value read or write, the ack's confirmation) is bounded by
+//     requestTimeout (10 s; object-store and listing calls by bulkTimeout,
+//     1 min), whatever the deadline of the caller's context: NATS never
+//     fails a request whose reply was lost when the connection dropped,
+//     and a handler waiting on one kept its message alive with in-progress
+//     acks until that deadline (bound.go).
 //
 // The dead-letter stream is bounded: DefaultDeadLetterMaxAge (14 days),
 // DefaultDeadLetterMaxBytes (1 GiB) and DefaultDeadLetterMaxMsgs (100,000),

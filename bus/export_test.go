@@ -55,3 +55,10 @@ func SetMaxInPlayScan(t interface{ Cleanup(func()) }, n int) {
 
 // IsOrderedCleanup is Connect's test for a refused consumer delete.
 var IsOrderedCleanup = isOrderedCleanup
+
+// SetRequestTimeout bounds the bus's NATS requests by d until the test ends.
+func SetRequestTimeout(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := requestTimeout
+	requestTimeout = d
+	t.Cleanup(func() { requestTimeout = old })
+}

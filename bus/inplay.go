@@ -47,8 +47,12 @@ var pipelineStages = []struct{ stream, durable string }{
 // moving between streams while it looks is still found. The caller reads
 // the scores after it returns (a score is counted before it is acked).
 // While dead letters wait to be handled, or when a stage would take more
-// than maxInPlayScan reads, it returns ErrInconclusive.
+// than maxInPlayScan reads, it returns ErrInconclusive. A look is bounded
+// by bulkTimeout (see requestTimeout): one that takes longer fails, and a
+// later one decides.
 func (c *Conn) EpisodesInPlay(ctx context.Context, run string) (map[string]bool, error) {
+	ctx, cancel := bounded(ctx, bulkTimeout)
+	defer cancel()
 	if err := c.deadLettersPending(ctx); err != nil {
 		return nil, err
 	}

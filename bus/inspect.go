@@ -15,6 +15,8 @@ import (
 // Purge removes stream's messages on subject (a run's episode requests no
 // worker has taken, when the run is cancelled with drop).
 func (c *Conn) Purge(ctx context.Context, stream, subject string) error {
+	ctx, cancel := bounded(ctx, bulkTimeout)
+	defer cancel()
 	s, err := c.js.Stream(ctx, stream)
 	if err == nil {
 		err = s.Purge(ctx, jetstream.WithPurgeSubject(subject))
@@ -116,6 +118,8 @@ func (c *Conn) ConsumerStates(ctx context.Context) ([]string, error) {
 // message id and no offload: for tests and tools that must send what no
 // service would (junk). Services use Publish.
 func (c *Conn) PublishRaw(ctx context.Context, subject string, data []byte) error {
+	ctx, cancel := bounded(ctx, requestTimeout)
+	defer cancel()
 	if _, err := c.js.Publish(ctx, subject, data); err != nil {
 		return fmt.Errorf("publish %s: %w", subject, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -146,11 +147,7 @@ func (m *Metrics) poll(ctx context.Context, conn *Conn) {
 	}
 	m.mu.Unlock()
 	for _, c := range refs {
-		cons, err := conn.js.Consumer(ctx, c.stream, c.durable)
-		if err != nil {
-			continue
-		}
-		info, err := cons.Info(ctx)
+		info, err := consumerInfo(ctx, conn, c)
 		if err != nil {
 			continue
 		}
@@ -207,4 +204,16 @@ func (m *Metrics) Serve(ctx context.Context, addr string, conn *Conn, log *slog.
 		}
 	}()
 	return nil
+}
+
+// consumerInfo reads c's state, bounded by requestTimeout: a poll must
+// not wait on a reply lost with the connection.
+func consumerInfo(ctx context.Context, conn *Conn, c consumerRef) (*jetstream.ConsumerInfo, error) {
+	ctx, cancel := bounded(ctx, requestTimeout)
+	defer cancel()
+	cons, err := conn.js.Consumer(ctx, c.stream, c.durable)
+	if err != nil {
+		return nil, err
+	}
+	return cons.Info(ctx)
 }

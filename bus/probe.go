@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"regexp"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -55,22 +54,16 @@ func (r *refusals) wait(subject string) (<-chan struct{}, func()) {
 	}
 }
 
-// requestTimeout bounds a Request whose context has no deadline.
-const requestTimeout = 10 * time.Second
-
 // Request sends body to subject with a reply inbox and returns the first
 // reply, or ErrRefused when the server refuses the publish: for tests and
 // tools that check what a user may do (a JetStream API verb, a key-value
 // or object-store write), which must tell a refusal from an answer
 // without waiting out a timeout. One Request per subject at a time.
 func (c *Conn) Request(ctx context.Context, subject string, body []byte) ([]byte, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		// nats.go's flush needs a deadline: a command's context (medgym nats
-		// provision under a signal context) has none.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, requestTimeout)
-		defer cancel()
-	}
+	// nats.go's flush needs a deadline: a command's context (medgym nats
+	// provision under a signal context) has none.
+	ctx, cancel := bounded(ctx, requestTimeout)
+	defer cancel()
 	inbox := c.nc.NewInbox()
 	replies := make(chan *nats.Msg, 1)
 	sub, err := c.nc.ChanSubscribe(inbox, replies)

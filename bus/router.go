@@ -196,7 +196,9 @@ func poison(ctx context.Context, conn *Conn, jm jetstream.Msg, reason error) err
 		return fmt.Errorf("dead letter: metadata of %s: %w", jm.Subject(), err)
 	}
 	dl := deadLetterMsg(PoisonKind(md.Stream), jm.Data(), jm.Headers(), jm.Subject(), reason.Error(), md.Stream, md.Sequence.Stream)
-	if _, err := conn.js.PublishMsg(ctx, dl); err != nil {
+	pctx, cancel := bounded(ctx, requestTimeout)
+	defer cancel()
+	if _, err := conn.js.PublishMsg(pctx, dl); err != nil {
 		return fmt.Errorf("dead letter: publish copy of %s: %w", jm.Subject(), err)
 	}
 	return nil

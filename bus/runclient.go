@@ -53,11 +53,12 @@ type RunProgress struct {
 // read is reported in RunProgress.Err and retried on the next step.
 func FollowRun(ctx context.Context, conn *Conn, runID string, every time.Duration) iter.Seq2[RunProgress, error] {
 	return func(yield func(RunProgress, error) bool) {
-		kv, err := conn.js.KeyValue(ctx, schemas.BucketRuns)
+		rkv, err := conn.js.KeyValue(ctx, schemas.BucketRuns)
 		if err != nil {
 			yield(RunProgress{}, fmt.Errorf("runs bucket: %w", err))
 			return
 		}
+		kv := boundedKV{rkv}
 		cons, err := conn.js.OrderedConsumer(ctx, schemas.StreamScores, jetstream.OrderedConsumerConfig{
 			FilterSubjects: []string{schemas.EpisodeScored.For(runID)}})
 		if err != nil {

@@ -47,7 +47,7 @@ func NewRuns(ctx context.Context, conn *Conn) (*Runs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("run-status bucket %s: %w", schemas.BucketRuns, err)
 	}
-	return &Runs{kv: kv, specs: map[string]schemas.RunSpec{}, drops: map[string]dropSeen{}}, nil
+	return &Runs{kv: boundedKV{kv}, specs: map[string]schemas.RunSpec{}, drops: map[string]dropSeen{}}, nil
 }
 
 // Admit returns nil when c names an accepted run and one of its planned

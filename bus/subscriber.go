@@ -280,8 +280,14 @@ func (s *subscriber) deliver(ctx context.Context, out chan<- *message.Message, j
 	}
 	select {
 	case <-wm.Acked():
-		if err := jm.DoubleAck(ctx); err != nil {
-			s.log.Warn("ack failed; the message will be redelivered", "subject", jm.Subject(), "err", err)
+		// Bounded: an ack whose confirmation was lost with the connection
+		// would otherwise hold this slot until ctx's deadline, pulling
+		// nothing meanwhile (see requestTimeout).
+		actx, cancel := bounded(ctx, requestTimeout)
+		err := jm.DoubleAck(actx)
+		cancel()
+		if err != nil {
+			s.log.Warn("ack not confirmed; unless the server took it, the message will be redelivered", "subject", jm.Subject(), "err", err)
 		}
 	case <-wm.Nacked():
 		var n uint64 = 1

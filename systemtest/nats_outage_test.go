@@ -17,8 +17,8 @@ import (
 
 // natsOutage is how long TestNATSOutageMidRun keeps nats-server down:
 // MEDGYM_NATS_OUTAGE (a duration), else 20 s, longer than every timeout
-// of the loops it stops (5 s JetStream requests, the dispatcher's 5 s
-// retry cap, the CLI's 250 ms polling).
+// of the loops it stops (the bus's 10 s bound on a NATS request, the
+// dispatcher's 5 s retry cap, the CLI's 250 ms polling).
 func natsOutage() time.Duration {
 	if d, err := time.ParseDuration(os.Getenv("MEDGYM_NATS_OUTAGE")); err == nil {
 		return d
@@ -30,6 +30,10 @@ func natsOutage() time.Duration {
 // and starts it again on the same store: the dispatcher's run loop, the
 // workers, the verifier and `medgym run`'s follow ride it out; the run
 // completes with every episode stored exactly once, without anyone's help.
+// The services run under a context with a deadline, as a run with a
+// timeout does: a NATS request whose reply the restart lost used to wait
+// for that deadline in a handler that kept its message alive with
+// in-progress acks, and the run stalled (the bus bounds every request now).
 func TestNATSOutageMidRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("keeps nats-server down for 20 s or more")

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -39,6 +40,7 @@ type soakConfig struct {
 	faults   int
 	schedule string // a printed schedule to replay, or empty
 	attacks  int    // percent of tasks whose episodes replay an attack
+	slow     int    // slow HTTP clients against the environment server (0: no server)
 	latency  time.Duration
 	ackWait  time.Duration
 	timeout  time.Duration
@@ -46,7 +48,7 @@ type soakConfig struct {
 
 func soakConfigFromEnv(t *testing.T) soakConfig {
 	t.Helper()
-	c := soakConfig{seed: 1, episodes: 200, runs: 2, store: "dir", faults: 6, attacks: 20,
+	c := soakConfig{seed: 1, episodes: 200, runs: 2, store: "dir", faults: 6, attacks: 20, slow: 100,
 		latency: 200 * time.Millisecond, ackWait: 3 * time.Second}
 	num := func(name string, dst *int) {
 		if v := os.Getenv(name); v != "" {
@@ -68,6 +70,7 @@ func soakConfigFromEnv(t *testing.T) soakConfig {
 	num("MEDGYM_SOAK_RUNS", &c.runs)
 	num("MEDGYM_SOAK_FAULTS", &c.faults)
 	num("MEDGYM_SOAK_ATTACKS", &c.attacks)
+	num("MEDGYM_SOAK_SLOW_CLIENTS", &c.slow)
 	if v := os.Getenv("MEDGYM_SOAK_STORE"); v != "" {
 		c.store = v
 	}
@@ -394,6 +397,15 @@ func TestSoak(t *testing.T) {
 	llm := httptest.NewServer(soakModel(cfg.latency, cfg.attacks))
 	defer llm.Close()
 
+	// The environment server, pressed by slow clients while sessions
+	// run on it, as long as the runs last.
+	var env *soakEnv
+	if _, err := exec.LookPath("bwrap"); cfg.slow > 0 && err != nil {
+		t.Logf("no environment server under slow clients: its sandbox needs bwrap (%v)", err)
+	} else if cfg.slow > 0 {
+		env = startSoakEnv(t, ctx, cfg.slow)
+	}
+
 	// The runs: the episodes split evenly, two samples per task.
 	runs := make([]*soakRun, cfg.runs)
 	for i := range runs {
@@ -488,6 +500,10 @@ func TestSoak(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	envLine := "env sessions: none (MEDGYM_SOAK_SLOW_CLIENTS=0)"
+	if env != nil {
+		envLine = env.finish(ctx)
+	}
 	did := <-faultDone
 	rssStop()
 	if len(did) != len(steps) {
@@ -535,6 +551,7 @@ func TestSoak(t *testing.T) {
 		t.Errorf("attacks played %v of %d kinds over %d attack episodes", slices.Sorted(maps.Keys(played)), len(soakAttacks), attacked)
 	}
 	printSoak(t, reports, dead, recoveries, rss.peak)
+	t.Log(envLine)
 
 	c.stopServices()
 	waitNoProcessesIn(t, c.work)
