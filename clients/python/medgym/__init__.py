@@ -5,8 +5,9 @@
   in the id: ``gymnasium.make("medgym.gym:medgym/MedGym-v0")``).
 - :mod:`medgym.trl`: the environment for TRL's ``GRPOTrainer(environment_factory=...)``.
 - :mod:`medgym.skyrl` (SkyRL-gym ``BaseTextEnv``), :mod:`medgym.verifiers_env` (verifiers ``MultiTurnEnv``;
-  :func:`load_environment` here is its entry point), :mod:`medgym.verl` (verl ``BaseInteraction``) and
-  ``medgym/openrlhf.py`` (OpenRLHF's agent file): each imports its framework only when imported itself.
+  :func:`load_environment` here is its entry point), :mod:`medgym.verl_agent` (a verl agent loop; :mod:`medgym.verl`
+  its reward function) and ``medgym/openrlhf.py`` (OpenRLHF's agent file): each imports its framework only when
+  imported itself.
 
 Importing :mod:`medgym` imports httpx and nothing else: no framework, no registration (each adapter registers what
 it registers when it is imported itself).
