@@ -66,3 +66,23 @@ def test_vf_eval_cut_rollout_is_closed_scored_and_stored(medgym_server, streamin
         row = stored(store, trace)
         assert trace["rewards"]["medgym_reward"]["score"] == row["reward"] == 0.0
         assert (row["outcome"], row["termination"]) == ("turn_limit", "closed") and len(row["turns"]) == 1
+    # Token data: verifiers' eval client relays text, so these traces carry no ids and the steps sent none. Under its
+    # train client each node carries its delta of the token sequence (the sampled node: the generation prompt's
+    # scaffold, then the completion, masked trainable, with logprobs): turn_tokens reads them back as the step sends
+    # them. The same trace, as verifiers' own Trace model, with the ids a train client would have filled in.
+    import verifiers.v1 as vf
+
+    from medgym_verifiers import turn_tokens
+
+    nodes, ids = [dict(n) for n in trace["nodes"]], iter(range(1000))
+    assert turn_tokens(vf.Trace.model_validate(trace)) == {} and [n["sampled"] for n in nodes][-1]
+    for n in nodes:
+        n["token_ids"] = [next(ids) for _ in range(4)]
+        n["mask"] = [False, True, True, True] if n["sampled"] else [False] * 4
+        n["logprobs"] = [0.0, -0.5, -0.25, -0.125] if n["sampled"] else []
+    got = turn_tokens(vf.Trace.model_validate({**trace, "nodes": nodes}))
+    path = [nodes[-1]]
+    while path[0].get("parent") is not None:
+        path.insert(0, nodes[path[0]["parent"]])
+    assert got == {"prompt_token_ids": [t for n in path[:-1] for t in n["token_ids"]] + nodes[-1]["token_ids"][:1],
+                   "token_ids": nodes[-1]["token_ids"][1:], "logprobs": [-0.5, -0.25, -0.125]}
