@@ -113,7 +113,6 @@ class MedGymAgentLoop(AgentLoopBase):
         else:
             closed = await sess.close()
             reward = float(closed.get("reward") or 0.0)
-            scores.append(TurnScore(reward, sess.id))
         prompt_ids = ids[: len(ids) - len(mask)] if mask else ids[:start]
         response_ids = ids[len(prompt_ids):]
         output = AgentLoopOutput(

@@ -138,6 +138,7 @@ def test_verl_cut_rollout_is_closed_scored_and_stored(medgym_server, fake_model,
         stored = _stored(store, out.non_tensor_batch["medgym_episode"][i])
         assert (stored["outcome"], stored["termination"], stored["reward"]) == ("turn_limit", "closed", 0.0)
         assert len(stored["turns"]) == 1
+        assert [s.session_id for s in out.non_tensor_batch["turn_scores"][i]] == [out.non_tensor_batch["medgym_session_id"][i]]
 
 
 def test_verl_reward_function_reads_the_stored_reward(medgym_server, fake_model, tmp_path):
