@@ -33,7 +33,7 @@ import constraints  # noqa: E402
 
 CLIENT = ROOT / "clients" / "python"
 NO_DEPS = {"verl": "verl", "openrlhf": "openrlhf"}  # the extras whose framework is installed with --no-deps
-IMPORTS = {"gym": "medgym.gym", "skyrl": "medgym.skyrl", "trl": "medgym.trl", "verifiers": "medgym.verifiers_env"}
+IMPORTS = {"gym": "medgym.gym", "skyrl": "medgym.skyrl", "trl": "medgym.trl", "verifiers": "medgym_verifiers"}
 PIP = ["-m", "pip", "--disable-pip-version-check", "--no-input"]
 
 

@@ -24,7 +24,7 @@ VENV=$root/.venv-env VENV_BASE=$root/.venv VENV_LAYERS=requirements/env-base.txt
 
 # Lint (ruff's default rules) and types (mypy) of the client package, as in any Python project's CI.
 .venv-env/bin/ruff check clients/python
-.venv-env/bin/mypy --config-file clients/python/pyproject.toml clients/python/medgym
+.venv-env/bin/mypy --config-file clients/python/pyproject.toml clients/python/medgym clients/python/medgym_verifiers
 
 # Installs: every extra of clients/python (medgym[gym], [trl], [skyrl], [verifiers], [verl], [openrlhf]) resolves
 # with requirements/constraints.txt in a fresh venv to the tested pins, and medgym[gym] and medgym[skyrl] install

@@ -4,9 +4,10 @@
 - :mod:`medgym.gym`: ``MedGymEnv``, registered as ``medgym/MedGym-v0`` when :mod:`medgym.gym` is imported (or named
   in the id: ``gymnasium.make("medgym.gym:medgym/MedGym-v0")``).
 - :mod:`medgym.trl`: the environment for TRL's ``GRPOTrainer(environment_factory=...)``.
-- :mod:`medgym.skyrl` (SkyRL-gym ``BaseTextEnv``), :mod:`medgym.verifiers_env` (verifiers ``MultiTurnEnv``;
-  :func:`load_environment` here is its entry point), :mod:`medgym.verl` (verl ``BaseInteraction``) and
-  ``medgym/openrlhf.py`` (OpenRLHF's agent file): each imports its framework only when imported itself.
+- :mod:`medgym.skyrl` (SkyRL-gym ``BaseTextEnv``), the package ``medgym_verifiers`` shipped beside this one (verifiers
+  0.4's taskset and env, taskset id ``medgym-verifiers``), :mod:`medgym.verl_agent` (a verl agent loop; :mod:`medgym.verl`
+  its reward function) and ``medgym/openrlhf.py`` (OpenRLHF's agent file): each imports its framework only when
+  imported itself.
 
 Importing :mod:`medgym` imports httpx and nothing else: no framework, no registration (each adapter registers what
 it registers when it is imported itself).
@@ -53,10 +54,3 @@ def __getattr__(name: str):
         return errors.__getattr__(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-def load_environment(**kwargs):
-    """The verifiers / prime-rl entry point, so ``verifiers.load_environment("medgym", base_url=..., dataset=...)``
-    finds medgym: see :func:`medgym.verifiers_env.load_environment` (imports verifiers)."""
-    from .verifiers_env import load_environment as _load
-
-    return _load(**kwargs)

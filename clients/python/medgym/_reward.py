@@ -1,5 +1,5 @@
 """verl's reward function for medgym episodes (:func:`compute_score`), kept free of verl imports so it runs, and is
-tested, wherever the client does; :mod:`medgym.verl` exports it with the interaction."""
+tested, wherever the client does; :mod:`medgym.verl` exports it."""
 
 from __future__ import annotations
 

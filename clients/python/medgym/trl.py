@@ -85,7 +85,13 @@ class MedGymToolEnv:
         if actions is None and dataset is not None:
             actions = tool_names(client, dataset, split=split, options=options)
         env = cls.with_actions(actions) if actions is not None else cls
-        return lambda: env(client, options)
+        connect = cls._connector(base_url, token, client)
+        return lambda: env(connect(), options)
+
+    @classmethod
+    def _connector(cls, base_url: str, token: str | None, client: Client) -> Callable[[], Any]:
+        """What each environment the factory makes gets as its client: here the factory's shared Client."""
+        return lambda: client
 
     @classmethod
     def with_actions(cls, actions: list[str] | tuple[str, ...]) -> type["MedGymToolEnv"]:
@@ -218,6 +224,88 @@ class MedGymToolEnv:
         return float(self._ended["reward"])
 
 
+class MedGymOpenEnvToolEnv(MedGymToolEnv):
+    """:class:`MedGymToolEnv` through the server's OpenEnv door (``/openenv``), with OpenEnv's own client (the
+    ``openenv`` package's ``GenericEnvClient``): the way TRL's OpenEnv guide plugs an OpenEnv environment into
+    ``GRPOTrainer(environment_factory=...)``, a class whose ``reset`` resets the OpenEnv environment and whose tools
+    step it::
+
+        environment_factory=MedGymOpenEnvToolEnv.factory("http://127.0.0.1:8700", dataset="treqs", split="train")
+
+    Each instance holds one OpenEnv connection per episode: ``reset`` opens it (OpenEnv's ``reset`` with the row's
+    ``task_id``, ``dataset``, ``split`` and the session options), each tool is OpenEnv's ``step`` with the call as
+    ``tool_calls`` (the door's step body), and ``get_reward`` ends the episode with OpenEnv's ``close`` (the door ends
+    an unfinished session as scored and stored) and reads the reward the server stored for it (``DELETE
+    /v1/sessions/{id}``: the one call OpenEnv's client has no counterpart for)."""
+
+    def __init__(self, door: "_OpenEnvDoor", options: dict[str, Any] | None = None) -> None:
+        super().__init__(door, options)  # type: ignore[arg-type]
+
+    @classmethod
+    def _connector(cls, base_url: str, token: str | None, client: Client) -> Callable[[], Any]:
+        """Each environment gets its own door to ``base_url``'s /openenv (:meth:`MedGymToolEnv.factory` passes
+        ``base_url``, the server's; the tools are chosen there from the server's prompt metadata: no session)."""
+        return lambda: _OpenEnvDoor(base_url, token)
+
+
+class _OpenEnvDoor:
+    """What :class:`MedGymToolEnv` asks of its client (``session``), over OpenEnv's client and the /openenv door."""
+
+    def __init__(self, base_url: str, token: str | None) -> None:
+        self.base_url, self.token = base_url.rstrip("/"), token
+
+    def session(self, task_id: str, *, dataset: str | None = None, split: str | None = None,
+                **options: Any) -> "_OpenEnvSession":
+        from openenv import GenericEnvClient
+
+        if self.token:
+            raise ValueError("MedGymOpenEnvToolEnv: OpenEnv's client sends no bearer token; use MedGymToolEnv")
+        env = GenericEnvClient(base_url=self.base_url + "/openenv").sync().connect()
+        try:
+            r = env.reset(task_id=task_id, dataset=dataset, split=split, options=options)
+        except BaseException:
+            env.close()
+            raise
+        return _OpenEnvSession(env, r.observation, Client(self.base_url))
+
+
+class _OpenEnvSession:
+    """One medgym session over an OpenEnv connection: ``tools``, ``messages``, ``turn``, ``done``, ``step``,
+    ``close`` as :class:`medgym.Session` has them."""
+
+    def __init__(self, env: Any, observation: dict[str, Any], client: Client) -> None:
+        self.env, self.client = env, client
+        self.id: str = observation["session_id"]
+        self.tools: list[dict[str, Any]] = list(observation.get("tools") or [])
+        self.messages: list[dict[str, Any]] = list(observation.get("messages") or [])
+        self.turn: int = int(observation.get("turn") or 0)
+        self.done = False
+        self.reward = 0.0
+
+    def step(self, *, tool_calls: list[dict[str, Any]]) -> Any:
+        r = self.env.step({"tool_calls": tool_calls})
+        obs = r.observation
+        self.turn = int(obs.get("turn", self.turn + 1))
+        self.done = bool(r.done or obs.get("truncated"))
+        self.reward = float(r.reward or 0.0)
+        return _Observation(str(obs.get("text") or ""))
+
+    def close(self) -> dict[str, Any]:
+        """End the episode: OpenEnv's close (the door ends an unfinished session, scored and stored), then the
+        stored result (``DELETE /v1/sessions/{id}``, which answers an ended session's stored reward and outcome, and
+        ends it first should the close not have reached the server yet)."""
+        try:
+            self.env.close()
+        finally:
+            with self.client as c:
+                return c.close_session(self.id)
+
+
+class _Observation:
+    def __init__(self, observation: str) -> None:
+        self.observation = observation
+
+
 def _plain(messages: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
     return [(m.get("role"), m.get("content")) for m in messages]
 
@@ -273,4 +361,4 @@ def tool_names(
     return [tool["function"]["name"] for tool in p["tools"]]
 
 
-__all__ = ["ACTIONS", "MedGymToolEnv", "prompt_dataset", "tool_names"]
+__all__ = ["ACTIONS", "MedGymOpenEnvToolEnv", "MedGymToolEnv", "prompt_dataset", "tool_names"]

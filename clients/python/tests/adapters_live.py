@@ -162,3 +162,61 @@ def no_gold(obj) -> None:
     canary tests are the real check)."""
     text = json.dumps(obj, default=str)
     assert not re.search(r'"(ground_truth_answer|gold_sql|reference_solution)"', text), text[:500]
+
+
+@pytest.fixture(scope="session")
+def streaming_model(fake_model):
+    """Base URL (…/v1) of the reference test model answering streamed chat completions too (server-sent events, as a
+    hosted model does; the fake answers whole responses only): a relay in this process that asks the fake for the
+    whole response and streams it back as OpenAI's chunks (the content in one delta, then the finish and the usage).
+    Like :func:`hesitant_reply`, a conversation's first reply is no action, so every episode takes two turns."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Relay(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            r = httpx.get(fake_model + self.path.removeprefix("/v1"), timeout=60)
+            self._send(r.status_code, r.content, r.headers.get("content-type", "application/json"))
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+            stream = body.pop("stream", False)
+            body.pop("stream_options", None)
+            r = httpx.post(fake_model + self.path.removeprefix("/v1"), json=body, timeout=120)
+            if r.status_code == 200 and not any(m.get("role") == "assistant" for m in body.get("messages") or []):
+                whole = r.json()
+                whole["choices"][0]["message"]["content"] = "Let me think about it first."
+                r = httpx.Response(200, json=whole)
+            if not stream or r.status_code != 200:
+                self._send(r.status_code, r.content, r.headers.get("content-type", "application/json"))
+                return
+            whole = r.json()
+            choice = whole["choices"][0]
+            head = {k: whole[k] for k in ("id", "created", "model") if k in whole} | {"object": "chat.completion.chunk"}
+            chunks = [
+                {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": choice["message"].get("content") or ""},
+                                      "finish_reason": None}]},
+                {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason") or "stop"}]},
+                {**head, "choices": [], "usage": whole.get("usage")},
+            ]
+            data = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+            self._send(200, data, "text/event-stream")
+
+        def _send(self, status, data, ctype):
+            self.send_response(status)
+            self.send_header("content-type", ctype)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Relay)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}/v1"
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -1,72 +1,88 @@
-"""verifiers / prime-rl: verifiers' own load_environment("medgym") gives medgym's MultiTurnEnv, and verifiers' own
-rollout loop (Environment.evaluate) plays exported rows against a live server, the reference test model answering
-through verifiers' OpenAI client; the rubric's reward is the server's."""
+"""verifiers 0.4 (the v1 stack) / prime-rl: `vf-eval medgym-verifiers`, verifiers' own eval command, loads medgym's
+taskset package by its id and plays its tasks through a live server, the model's calls going through verifiers' own
+chat harness (`null`, in its local subprocess runtime) and its interception server to the reference test model; each
+rollout is one stored episode whose reward the trace carries."""
 
-from adapters_live import export, fake_model, medgym_server, wait_rows, framework  # noqa: F401
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
-vf = framework("verifiers", "verifiers")
+from adapters_live import fake_model, medgym_server, streaming_model, wait_rows, framework  # noqa: F401
+from conftest import ROOT
+
+framework("verifiers", "verifiers.v1")
 
 
-def test_verifiers_rollouts_score_with_medgym_rubric(medgym_server, fake_model, tmp_path, monkeypatch):
+def vf_eval(tmp_path: Path, url: str, model_url: str, *args: str) -> list[dict]:
+    """The traces of `vf-eval medgym-verifiers` over the first two test tasks: one per rollout."""
+    out = tmp_path / "vf-eval"
+    bindir = Path(sys.executable).parent  # the venv's: vf-eval, and uv for the chat harness's program
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "MEDGYM_TEST_MODEL_KEY": "unused",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "clients" / "python"), os.environ.get("PYTHONPATH")]))}
+    cmd = [str(bindir / "vf-eval"), "medgym-verifiers", "-n", "2", "-m", "medgym-fake", "--client.base-url", model_url,
+           "--client.api-key-var", "MEDGYM_TEST_MODEL_KEY", "--no-push", "--no-rich", "-o", str(out),
+           "--env.taskset.base-url", url, "--env.taskset.dataset", "medcalcbench", "--env.taskset.split", "test",
+           "--env.taskset.options", '{"max_turns": 5}', *args]
+    res = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    episodes = [json.loads(line) for f in out.glob("*/traces.jsonl") for line in f.read_text().splitlines()]
+    assert len(episodes) == 2, episodes
+    traces = [t for e in episodes for t in e["traces"]]
+    assert len(traces) == 2
+    return traces
+
+
+def stored(store, trace: dict) -> dict:
+    """The episode the trace's session stored: exactly one row."""
+    med = trace["info"]["medgym"]
+    rows = [r for r in wait_rows(store, med["run_id"], 1) if r["episode_id"] == med["episode_id"]]
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def test_vf_eval_rollouts_are_stored_episodes_with_the_verifiers_reward(medgym_server, streaming_model, tmp_path):
     url, store = medgym_server
-    monkeypatch.setenv("MEDGYM_TEST_MODEL_KEY", "unused")
-    prompts = export(tmp_path) / "prompts" / "medcalcbench_test.jsonl"
-    env = vf.load_environment("medgym", base_url=url, prompts=str(prompts), options={"max_turns": 5})
-    from medgym.verifiers_env import MedGymEnv
-
-    # verifiers stops once a rollout holds max_turns replies, before env_response sees the last: one more, so the
-    # server's turn limit (5) ends the episode
-    assert isinstance(env, MedGymEnv) and isinstance(env, vf.MultiTurnEnv) and env.max_turns == 6
-    assert env.medgym_options["max_turns"] == 5
-    client = vf.ClientConfig(api_base_url=fake_model, api_key_var="MEDGYM_TEST_MODEL_KEY")
-    res = env.evaluate_sync(client=client, model="medgym-fake", num_examples=2, rollouts_per_example=1)
-    outs = res["outputs"]
-    assert len(outs) == 2
-    import json
-
-    exported = [json.loads(line) for line in prompts.read_text().splitlines()]
-    for out, row in zip(sorted(outs, key=lambda o: o["example_id"]), exported):
-        assert out["reward"] == 1.0 and out["metrics"]["medgym_success"] == 1.0, out
-        got = [{"role": m["role"], "content": m["content"]} for m in out["prompt"]]
-        assert got == row["prompt"], "the rollout's prompt differs from the session's"
-        assert out["completion"][0]["role"] == "assistant"
+    for trace in vf_eval(tmp_path, url, streaming_model):
+        row = stored(store, trace)
+        assert trace["rewards"]["medgym_reward"]["score"] == row["reward"] == 1.0, trace.get("errors")
+        assert trace["metrics"]["medgym_success"] == 1.0 and row["outcome"] == "correct"
+        assert row["task_id"] == trace["task"]["data"]["id"] and row["termination"] != "abandoned"
+        # the model saw the session's prompt, and its replies are the stored turns, in order (two: the first is no
+        # action, so the observation went back through the harness as the next user turn)
+        msgs = [n["message"] for n in trace["nodes"]]
+        assert [(m["role"], m["content"]) for m in msgs[:2]] == [(m["role"], m["content"]) for m in row["messages"][:2]]
+        replies = [n["message"]["content"] for n in trace["nodes"] if n["sampled"]]
+        assert replies == [m["content"] for m in row["messages"] if m["role"] == "assistant"] and len(replies) == 2
 
 
-def test_verifiers_last_turn_runs(medgym_server, fake_model, monkeypatch):
-    # One turn each: verifiers' own rollout loop sends the model's only reply (the reference solution) to the server,
-    # whose episode ends on it. Before, verifiers' limit equalled medgym's and its loop stopped before env_response
-    # saw the last reply: the reply never ran and the closed session scored 0.
-    url, _ = medgym_server
-    monkeypatch.setenv("MEDGYM_TEST_MODEL_KEY", "unused")
-    env = vf.load_environment("medgym", base_url=url, num_examples=1, dataset="medcalcbench", split="test",
-                              options={"max_turns": 1})
-    assert (env.max_turns, env.medgym_options["max_turns"]) == (2, 1)
-    client = vf.ClientConfig(api_base_url=fake_model, api_key_var="MEDGYM_TEST_MODEL_KEY")
-    out = env.evaluate_sync(client=client, model="medgym-fake", num_examples=1, rollouts_per_example=1)["outputs"][0]
-    assert out["reward"] == 1.0 and out["metrics"]["medgym_success"] == 1.0, out
-
-
-def test_verifiers_unfinished_rollout_is_closed_and_stored(medgym_server, tmp_path, monkeypatch):
-    # A rollout that stops before medgym's episode ends (an error, a timeout): the cleanup hook closes the session,
-    # so the episode is scored (turn_limit, 0: closed by the client) and stored, not reaped as abandoned, and the
-    # rubric's reward is 0. The hooks are called as verifiers' rollout calls them.
-    import asyncio
-
+def test_vf_eval_cut_rollout_is_closed_scored_and_stored(medgym_server, streaming_model, tmp_path):
+    # verifiers' own turn limit (--env.agent.max-turns 1) ends each rollout after its first reply, no action, before
+    # medgym's episode is done: the env closes the session, so the episode is scored (turn_limit, 0) and stored, not
+    # reaped as abandoned, and the trace's reward is that score.
     url, store = medgym_server
-    env = vf.load_environment("medgym", base_url=url, num_examples=1, dataset="medcalcbench", split="test",
-                              max_turns=3)
-    assert (env.max_turns, env.medgym_options["max_turns"]) == (4, 3)  # verifiers' limit given alone is medgym's too
-    row = env.get_eval_dataset(n=1)[0]
+    for trace in vf_eval(tmp_path, url, streaming_model, "--env.agent.max-turns", "1"):
+        row = stored(store, trace)
+        assert trace["rewards"]["medgym_reward"]["score"] == row["reward"] == 0.0
+        assert (row["outcome"], row["termination"]) == ("turn_limit", "closed") and len(row["turns"]) == 1
+    # Token data: verifiers' eval client relays text, so these traces carry no ids and the steps sent none. Under its
+    # train client each node carries its delta of the token sequence (the sampled node: the generation prompt's
+    # scaffold, then the completion, masked trainable, with logprobs): turn_tokens reads them back as the step sends
+    # them. The same trace, as verifiers' own Trace model, with the ids a train client would have filled in.
+    import verifiers.v1 as vf
 
-    async def play():
-        state = await env.setup_state({"info": row["info"], "prompt": row["prompt"]})
-        sess = state["medgym"]["session"]
-        out = await env.env_response([{"role": "assistant", "content": "not an action"}], state)
-        assert out and out[0]["role"] == "user" and state.get("final_env_response") is None
-        await env.close_medgym_session(state)
-        return state, sess
+    from medgym_verifiers import turn_tokens
 
-    state, sess = asyncio.run(play())
-    assert sess.closed is not None and state["medgym"]["reward"] == 0.0 and state["medgym"]["outcome"] == "turn_limit"
-    rows = [r for r in wait_rows(store, sess.created["run_id"], 1) if r["episode_id"] == sess.created["episode_id"]]
-    assert len(rows) == 1 and rows[0]["termination"] == "closed"
+    nodes, ids = [dict(n) for n in trace["nodes"]], iter(range(1000))
+    assert turn_tokens(vf.Trace.model_validate(trace)) == {} and [n["sampled"] for n in nodes][-1]
+    for n in nodes:
+        n["token_ids"] = [next(ids) for _ in range(4)]
+        n["mask"] = [False, True, True, True] if n["sampled"] else [False] * 4
+        n["logprobs"] = [0.0, -0.5, -0.25, -0.125] if n["sampled"] else []
+    got = turn_tokens(vf.Trace.model_validate({**trace, "nodes": nodes}))
+    path = [nodes[-1]]
+    while path[0].get("parent") is not None:
+        path.insert(0, nodes[path[0]["parent"]])
+    assert got == {"prompt_token_ids": [t for n in path[:-1] for t in n["token_ids"]] + nodes[-1]["token_ids"][:1],
+                   "token_ids": nodes[-1]["token_ids"][1:], "logprobs": [-0.5, -0.25, -0.125]}

@@ -1,199 +1,157 @@
-"""verl: medgym.verl.MedGymInteraction loaded by verl's own interaction registry from an interaction config, driven as
-verl's ToolAgentLoop drives it, over rows of `medgym export`'s verl dataset read by verl's RLHFDataset."""
+"""verl 0.9: medgym.verl_agent.MedGymAgentLoop registered through verl's agent loop config file
+(rollout.agent.agent_loop_config_path) and run by verl's own AgentLoopWorker over the rows of `medgym export`'s verl
+dataset, read by verl's RLHFDataset and batched as verl's trainer batches them. The worker is verl's, built from verl's
+own trainer config with a local tiny model (tokenizer and config only: nothing downloaded); the generation server
+(vLLM's or SGLang's in training) is a stand-in that answers token ids with the reference test model's replies."""
 
 import asyncio
+from pathlib import Path
 
 import pyarrow.parquet as pq
-import pytest
 
-from adapters_live import chatml_tokenizer, export, fake_model, hesitant_reply, medgym_server, model_reply, no_gold, wait_rows, framework  # noqa: F401
+from adapters_live import chatml_tokenizer, export, fake_model, hesitant_reply, medgym_server, wait_rows, framework  # noqa: F401
 
-framework("verl", "verl.interactions.base")
-from verl.interactions.utils.interaction_registry import initialize_interactions_from_config  # noqa: E402
-from verl.utils.dataset.rl_dataset import RLHFDataset  # noqa: E402
-
-
-def _tokenizer():
-    # A local tokenizer with a chat template (nothing downloaded): RLHFDataset only tokenizes the prompts.
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "[PAD]": 1, "<eos>": 2}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    t = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", eos_token="<eos>")
-    t.chat_template = ("{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}"
-                       "{% if add_generation_prompt %}<assistant>{% endif %}")
-    return t
+framework("verl", "verl.experimental.agent_loop.agent_loop")
+from omegaconf import OmegaConf  # noqa: E402
+from verl.experimental.agent_loop.agent_loop import AgentLoopWorker  # noqa: E402
+from verl.protocol import DataProto  # noqa: E402
+from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn  # noqa: E402
+from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 
-def _dataset(tmp_path):
-    from omegaconf import OmegaConf
+class Server:
+    """verl's LLMServerClient.generate (ids in, ids and logprobs out), answered by the reference test model: a first
+    reply that is no action, then the reference solution (two turns an episode), the EOS kept in the completion."""
 
+    def __init__(self, model_url, tok):
+        self.model_url, self.tok = model_url, tok
+        self.generated = []  # (prompt ids, completion ids, logprobs) in order
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        reply = await asyncio.to_thread(hesitant_reply, self.model_url, self.tok.decode(prompt_ids))
+        ids = self.tok(reply, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id]
+        lps = [-0.25 * (k % 4) for k in range(len(ids))]
+        self.generated.append((list(prompt_ids), ids, lps))
+        return TokenOutput(token_ids=ids, log_probs=lps)
+
+
+def _model_dir(tmp_path: Path) -> Path:
+    """A local model directory verl's HFModelConfig loads: the ChatML tokenizer and a tiny Qwen2 config."""
+    from transformers import Qwen2Config
+
+    d = tmp_path / "model"
+    tok = chatml_tokenizer()
+    tok.save_pretrained(d)
+    Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1, eos_token_id=tok.eos_token_id, architectures=["Qwen2ForCausalLM"]).save_pretrained(d)
+    return d
+
+
+def _config(tmp_path: Path, url: str, *, max_assistant_turns: int):
+    """verl's own trainer config (the packaged defaults) with the agent loop config file naming medgym's loop."""
+    import verl
+
+    loops = tmp_path / "medgym_agent.yaml"
+    loops.write_text("- name: medgym_agent\n  _target_: medgym.verl_agent.MedGymAgentLoop\n"
+                     f"  base_url: \"{url}\"\n  options: {{max_turns: 5}}\n")
+    cfg = OmegaConf.load(Path(verl.__file__).parent / "trainer/config/_generated_ppo_trainer.yaml")
+    over = {
+        "actor_rollout_ref.model.path": str(_model_dir(tmp_path)),
+        "actor_rollout_ref.rollout.name": "vllm",  # the engine verl generates with (the stand-in server here)
+        "actor_rollout_ref.rollout.prompt_length": 1 << 15,  # a byte-level tokenizer: a token a byte
+        "actor_rollout_ref.rollout.response_length": 1 << 15,
+        "actor_rollout_ref.rollout.calculate_log_probs": True,
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns": max_assistant_turns,
+        "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(loops),
+        "actor_rollout_ref.rollout.agent.default_agent_loop": "medgym_agent",
+        "data.return_raw_chat": True,
+    }
+    for k, v in over.items():
+        OmegaConf.update(cfg, k, v, force_add=True)
+    return cfg
+
+
+def _batch(tmp_path: Path, tok) -> tuple[DataProto, list[dict]]:
+    """The exported rows as verl's trainer batches them (RLHFDataset, collate_fn, DataProto.from_single_dict)."""
     path = export(tmp_path) / "verl" / "medcalcbench_test.parquet"
-    table = pq.read_table(path).to_pylist()
-    assert {r["reward_model"]["style"] for r in table} == {"rule"}
-    assert all(r["reward_model"]["ground_truth"] == f"medgym://medcalcbench/test/{r['extra_info']['task_id']}" for r in table)
+    rows = pq.read_table(path).to_pylist()
+    assert all(r["reward_model"]["ground_truth"] == f"medgym://medcalcbench/test/{r['extra_info']['task_id']}" for r in rows)
     cfg = OmegaConf.create({"prompt_key": "prompt", "max_prompt_length": 1 << 20, "return_raw_chat": True,
                             "filter_overlong_prompts": False, "cache_dir": str(tmp_path / "cache")})
-    return RLHFDataset(data_files=[str(path)], tokenizer=_tokenizer(), config=cfg)
+    ds = RLHFDataset(data_files=[str(path)], tokenizer=tok, config=cfg)
+    return DataProto.from_single_dict(collate_fn([ds[i] for i in range(len(ds))])), rows
 
 
-def test_verl_interaction_plays_exported_rows(medgym_server, fake_model, tmp_path):
-    asyncio.run(_plays_exported_rows(medgym_server, fake_model, tmp_path))
+def _stored(store, episode: dict) -> dict:
+    rows = [r for r in wait_rows(store, episode["run_id"], 1) if r["episode_id"] == episode["episode_id"]]
+    assert len(rows) == 1, rows
+    return rows[0]
 
 
-async def _plays_exported_rows(medgym_server, fake_model, tmp_path):
+def _rollouts(tmp_path: Path, url: str, model_url: str, *, max_assistant_turns: int):
+    """verl's AgentLoopWorker (built from the config) generating the exported rows' batch: (its output, the rows, the
+    generation server, the tokenizer)."""
+    tok = chatml_tokenizer()
+    server = Server(model_url, tok)
+    worker = AgentLoopWorker(_config(tmp_path, url, max_assistant_turns=max_assistant_turns), server)
+    batch, rows = _batch(tmp_path, tok)
+    return asyncio.run(worker.generate_sequences(batch)), rows, server, tok
+
+
+def test_verl_agent_loop_puts_the_verifiers_reward_in_the_batch(medgym_server, fake_model, tmp_path):
     url, store = medgym_server
-    ds = _dataset(tmp_path)
-    assert len(ds) == 2
-    cfg = tmp_path / "interaction.yaml"
-    cfg.write_text(f"interaction:\n  - name: medgym\n    class_name: medgym.verl.MedGymInteraction\n"
-                   f"    config: {{base_url: \"{url}\", options: {{max_turns: 5}}}}\n")
-    interaction = initialize_interactions_from_config(str(cfg))["medgym"]
-    for i in range(len(ds)):
-        item = ds[i]
-        kwargs = item["interaction_kwargs"]  # verl's loop: kwargs["extra_info"]["interaction_kwargs"]
-        assert kwargs["name"] == "medgym"
-        request_id = f"req-{i}"
-        await interaction.start_interaction(request_id, **kwargs)
-        sess = interaction.sessions[request_id]
-        messages = list(item["raw_prompt"])
-        assert messages == sess.messages, "the session's prompt differs from the exported one"
-        scores, done = [], False
-        while not done:
-            messages.append({"role": "assistant", "content": model_reply(fake_model, messages)})
-            done, text, score, meta = await interaction.generate_response(request_id, messages, **kwargs)
-            no_gold(meta)
-            scores.append(score)
-            messages.append({"role": "user", "content": text})
-        assert meta["outcome"] == "correct" and scores[-1] == 1.0
-        assert await interaction.calculate_score(request_id) == 1.0
-        # verl's reward function, loaded by verl's own loader as the README's command names it, reads the stored
-        # reward through the session the turn scores name (what verl passes it in extra_info), never a gold answer
-        extra = {**item.get("extra_info", {}), "interaction_kwargs": kwargs, "turn_scores": scores}
-        assert reward_fn(url)(data_source="medgym/medcalcbench", solution_str="", ground_truth=f"medgym://medcalcbench/test/{kwargs['task_id']}",
-                              extra_info=extra) == 1.0
-        run_id, episode_id = sess.created["run_id"], sess.created["episode_id"]
-        await interaction.finalize_interaction(request_id)
-        stored = [r for r in wait_rows(store, run_id, 1) if r["episode_id"] == episode_id]
-        assert len(stored) == 1 and stored[0]["task_id"] == kwargs["task_id"] and stored[0]["reward"] == 1.0
+    out, rows, server, tok = _rollouts(tmp_path, url, fake_model, max_assistant_turns=8)
+
+    # the verifier's reward reaches verl's batch as the score at each response's last token
+    assert out.batch["rm_scores"].sum(dim=1).tolist() == [1.0, 1.0]
+    assert len(server.generated) == 4  # two rollouts (run concurrently) of two generations each
+    for i, row in enumerate(rows):
+        # each rollout is one stored episode of its row's task, scored by the verifier
+        stored = _stored(store, out.non_tensor_batch["medgym_episode"][i])
+        assert stored["task_id"] == row["extra_info"]["task_id"] and stored["reward"] == 1.0
+        sid = out.non_tensor_batch["medgym_session_id"][i]
+        assert [s.session_id for s in out.non_tensor_batch["turn_scores"][i]] == [sid, sid]
+        # its turns hold the ids verl generated from and generated, with their logprobs; they re-tokenise to the
+        # stored replies, and verl's response tokens with mask 1 (the ones it trains on) are those completions
+        turns = stored["turns"]
+        played = [(t["prompt_token_ids"], t["completion_token_ids"], t["completion_logprobs"]) for t in turns]
+        assert len(played) == 2 and all(p in server.generated for p in played)
+        replies = [m["content"] for m in stored["messages"] if m["role"] == "assistant"]
+        assert [tok.decode(t["completion_token_ids"], skip_special_tokens=True) for t in turns] == replies
+        assert [t["raw_text"] for t in turns] == replies
+        mask = out.batch["response_mask"][i].bool()
+        assert out.batch["responses"][i][mask].tolist() == [x for _, ids, _ in played for x in ids]
+        assert out.batch["rollout_log_probs"][i][mask].tolist() == [x for _, _, lp in played for x in lp]
+        # the episode's first prompt is the row's exported prompt as verl tokenises it (the session's prompt)
+        text = tok.apply_chat_template(list(row["prompt"]), add_generation_prompt=True, tokenize=False)
+        assert played[0][0] == tok(text, add_special_tokens=False)["input_ids"]
 
 
-def reward_fn(url):
-    """medgym.verl.compute_score as verl 0.7.1's trainer loads it (reward.custom_reward_function)."""
-    from omegaconf import OmegaConf
+def test_verl_cut_rollout_is_closed_scored_and_stored(medgym_server, fake_model, tmp_path):
+    # verl's own limit (multi_turn.max_assistant_turns 1) cuts each rollout after its first reply, no action: the loop
+    # closes the session, so the episode is scored (turn_limit, reward 0, in the batch) and stored, not reaped as
+    # abandoned (which exports leave out, so a GRPO group would lose exactly its failures).
+    url, store = medgym_server
+    out, rows, server, _ = _rollouts(tmp_path, url, fake_model, max_assistant_turns=1)
+    assert len(server.generated) == 2 and out.batch["rm_scores"].sum(dim=1).tolist() == [0.0, 0.0]
+    for i in range(len(rows)):
+        stored = _stored(store, out.non_tensor_batch["medgym_episode"][i])
+        assert (stored["outcome"], stored["termination"], stored["reward"]) == ("turn_limit", "closed", 0.0)
+        assert len(stored["turns"]) == 1
+        assert [s.session_id for s in out.non_tensor_batch["turn_scores"][i]] == [out.non_tensor_batch["medgym_session_id"][i]]
+
+
+def test_verl_reward_function_reads_the_stored_reward(medgym_server, fake_model, tmp_path):
+    # medgym.verl.compute_score as verl's trainer loads it (reward.custom_reward_function), for a loop that does not
+    # score its rollouts: it reads the reward stored for the session the turn scores name, never a gold answer.
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
+    url, _ = medgym_server
+    out, rows, _, _ = _rollouts(tmp_path, url, fake_model, max_assistant_turns=8)
     cfg = OmegaConf.create({"reward": {"custom_reward_function": {"path": "pkg://medgym.verl", "name": "compute_score",
                                                                   "reward_kwargs": {"base_url": url}}}})
-    return get_custom_reward_fn(cfg)
-
-
-def test_verl_cut_rollout_is_scored_by_the_reward_function(medgym_server):
-    asyncio.run(_cut_rollout_is_scored(medgym_server))
-
-
-async def _cut_rollout_is_scored(medgym_server):
-    # verl 0.7.1's loop cuts a rollout (max_assistant_turns, response length) without calling the interaction again
-    # or finalize_interaction; the reward function is the rollout's end: it ends the session as a scored episode
-    # (turn_limit, reward 0, stored), so it is not reaped as abandoned and left out of the group.
-    url, store = medgym_server
-    from medgym.verl import MedGymInteraction
-
-    interaction = MedGymInteraction({"name": "medgym", "base_url": url})
-    kwargs = {"name": "medgym", "task_id": "medcalcbench-2"}
-    rid = await interaction.start_interaction(None, **kwargs)
-    done, _, score, _ = await interaction.generate_response(rid, [{"role": "assistant", "content": "no action here"}])
-    assert not done and score == 0 and score.session_id == interaction.sessions[rid].id
-    sess = interaction.sessions[rid]
-    extra = {"interaction_kwargs": kwargs, "turn_scores": [score]}
-    assert reward_fn(url)(data_source="medgym/medcalcbench", solution_str="no action here",
-                          ground_truth="medgym://medcalcbench/test/medcalcbench-2", extra_info=extra) == 0.0
-    stored = [r for r in wait_rows(store, sess.created["run_id"], 1) if r["episode_id"] == sess.created["episode_id"]]
-    assert len(stored) == 1 and stored[0]["outcome"] == "turn_limit" and stored[0]["termination"] == "closed"
-
-
-def test_verl_finalize_stores_an_unfinished_episode(medgym_server):
-    asyncio.run(_finalize_stores_an_unfinished_episode(medgym_server))
-
-
-async def _finalize_stores_an_unfinished_episode(medgym_server):
-    url, store = medgym_server
-    from medgym.verl import MedGymInteraction
-
-    interaction = MedGymInteraction({"name": "medgym", "base_url": url})
-    rid = await interaction.start_interaction(None, name="medgym", task_id="medcalcbench-2")
-    done, text, score, _ = await interaction.generate_response(rid, [{"role": "assistant", "content": "no action here"}])
-    assert not done and score == 0 and text
-    sess = interaction.sessions[rid]
-    await interaction.finalize_interaction(rid)
-    assert sess.closed is not None and sess.closed["reward"] == 0
-    stored = [r for r in wait_rows(store, sess.created["run_id"], 1) if r["episode_id"] == sess.created["episode_id"]]
-    assert len(stored) == 1
-    with pytest.raises(ValueError, match="unknown interaction"):
-        await interaction.generate_response(rid, [{"role": "assistant", "content": "x"}])
-
-
-def test_verl_agent_loop_stores_token_ids(medgym_server, fake_model, tmp_path):
-    asyncio.run(_agent_loop_stores_token_ids(medgym_server, fake_model, tmp_path))
-
-
-async def _agent_loop_stores_token_ids(medgym_server, fake_model, tmp_path):
-    # verl's own ToolAgentLoop (as MedGymAgentLoop) over the exported rows, with the interaction from the config and a
-    # generation server standing in for vLLM's (ids in, ids out: the EOS kept in the completion's ids, a logprob per
-    # id): every stored turn holds the ids verl generated from and generated, which re-tokenise to the stored reply.
-    framework("verl", "verl.experimental.agent_loop.tool_agent_loop")
-    from omegaconf import OmegaConf
-    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
-    from verl.workers.rollout.replica import TokenOutput
-
-    from medgym.verl_agent import MedGymAgentLoop
-
-    url, store = medgym_server
-    tok = chatml_tokenizer()
-    generated = []  # (prompt ids, completion ids, logprobs) in order
-
-    class Server:
-        """verl's AsyncLLMServerManager.generate, answered by the reference test model."""
-
-        async def generate(self, request_id, *, prompt_ids, sampling_params, image_data=None, video_data=None):
-            reply = hesitant_reply(fake_model, tok.decode(prompt_ids))
-            ids = tok(reply, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-            lps = [-0.25 * (k % 4) for k in range(len(ids))]
-            generated.append((list(prompt_ids), ids, lps))
-            return TokenOutput(token_ids=ids, log_probs=lps)
-
-    cfg = tmp_path / "interaction.yaml"
-    cfg.write_text(f"interaction:\n  - name: medgym\n    class_name: medgym.verl.MedGymInteraction\n"
-                   f"    config: {{base_url: \"{url}\", options: {{max_turns: 5}}}}\n")
-    multi_turn = {"max_user_turns": 8, "max_assistant_turns": 8, "max_parallel_calls": 1, "max_tool_response_length": 256,
-                  "tool_response_truncate_side": "middle", "tool_config_path": None, "format": "hermes",
-                  "interaction_config_path": str(cfg)}
-    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 1 << 20, "response_length": 1 << 20,
-                                                                 "multi_turn": multi_turn}, "model": {}}})
-    ds = _dataset(tmp_path)
-    loop = MedGymAgentLoop(DictConfigWrap(config), Server(), tok, None, type(ds), DictConfigWrap(OmegaConf.create({})))
-    interaction = loop.interaction_map["medgym"]
-    for i in range(len(ds)):
-        item = ds[i]
-        generated.clear()
-        out = await loop.run({"temperature": 1.0}, raw_prompt=item["raw_prompt"],
-                             extra_info={"interaction_kwargs": item["interaction_kwargs"]})
-        assert out.extra_fields["turn_scores"][-1] == 1.0 and len(generated) == 2
-        (rid, sess), = [(k, v) for k, v in interaction.sessions.items() if v.done]
-        await interaction.finalize_interaction(rid)
-        assert not interaction.tokens, "token data left over"
-        stored = [r for r in wait_rows(store, sess.created["run_id"], 1) if r["episode_id"] == sess.created["episode_id"]]
-        assert len(stored) == 1 and stored[0]["reward"] == 1.0
-        turns = stored[0]["turns"]
-        replies = [m["content"] for m in stored[0]["messages"] if m["role"] == "assistant"]
-        assert len(turns) == len(generated) == len(replies)
-        for t, (prompt, ids, lps), reply in zip(turns, generated, replies):
-            assert t["prompt_token_ids"] == prompt and t["completion_token_ids"] == ids and t["completion_logprobs"] == lps
-            assert tok.decode(t["completion_token_ids"], skip_special_tokens=True) == t["raw_text"] == reply
-        # verl's output: the response's generated tokens (mask 1) are the stored completions, in order.
-        mine = [tid for tid, m in zip(out.response_ids, out.response_mask) if m == 1]
-        assert mine == [x for t in turns for x in t["completion_token_ids"]]
-        # (the transcript verl trains on starts with the last turn's; verl appends the final feedback after it)
-        last = turns[-1]["prompt_token_ids"] + turns[-1]["completion_token_ids"]
-        assert (list(out.prompt_ids) + list(out.response_ids))[: len(last)] == last
+    fn = get_custom_reward_fn(cfg)
+    for i, row in enumerate(rows):
+        extra = {**row["extra_info"], "turn_scores": list(out.non_tensor_batch["turn_scores"][i])}
+        assert fn(data_source=row["data_source"], solution_str="", ground_truth=row["reward_model"]["ground_truth"],
+                  extra_info=extra) == 1.0

@@ -100,3 +100,18 @@ def test_openenv_resume_after_a_lost_socket(door_server, reference_default):
         r = env.step({"content": second})
         assert r.done and r.reward == 1.0
     assert one_row(door_server, rid)["reward"] == 1.0
+
+
+def test_trl_grpo_through_the_openenv_door(server, reference, tmp_path):
+    """TRL's GRPOTrainer with an OpenEnv environment as TRL's OpenEnv guide plugs one in (environment_factory: a
+    class whose reset and tools call OpenEnv's client), medgym.trl.MedGymOpenEnvToolEnv over /openenv: the same run
+    and checks as test_trl_e2e's (every rollout one stored row, the rewards TRL logged are the stored ones, the
+    weights changed), every session opened and stepped through OpenEnv's GenericEnvClient."""
+    pytest.importorskip("trl")
+    from test_trl_e2e import grpo_through_medgym
+
+    from medgym.trl import MedGymOpenEnvToolEnv
+
+    # the factory of the class with the server's tools (what MedGymOpenEnvToolEnv.factory(url, dataset=...) makes)
+    grpo_through_medgym(server, reference, tmp_path, MedGymOpenEnvToolEnv,
+                        lambda env, rid: env.factory(server.url, options={"run_id": rid, "max_turns": 3}))

@@ -60,6 +60,16 @@ def sft_pairs(tokenizer, env: type, reference: list[dict], prompts: dict) -> lis
 
 
 def test_grpo_through_medgym(server, reference, tmp_path):
+    checked = server.client()
+    # MedGymToolEnv.factory's environments, on a client whose responses are checked (conftest).
+    grpo_through_medgym(server, reference, tmp_path, MedGymToolEnv,
+                        lambda env, rid: lambda: env(checked, {"run_id": rid, "max_turns": 3}))
+    checked.close()
+
+
+def grpo_through_medgym(server, reference, tmp_path, env_class: type, factory) -> None:
+    """Two GRPO steps through env_class's environments (factory(env, run_id): the trainer's environment_factory, env
+    being env_class with the server's tools) and the checks of the module's doc."""
     from trl import GRPOConfig, GRPOTrainer
 
     torch.set_num_threads(1)  # the 2-core CI machine: more threads only contend
@@ -69,7 +79,7 @@ def test_grpo_through_medgym(server, reference, tmp_path):
     # The tool-calling prompt and tools, as the server offers them for the dataset's tasks (prompt_mode tools): the
     # environment registers exactly those, and the prompt describes them instead of medgym's JSON reply format.
     names = tool_names(checked, DATASET, split=SPLIT)
-    env = MedGymToolEnv.with_actions(names)
+    env = env_class.with_actions(names)
     offered = {}
     prompts = {}
     for row in reference:
@@ -125,8 +135,7 @@ def test_grpo_through_medgym(server, reference, tmp_path):
         processing_class=tokenizer,
         args=args,
         train_dataset=train,
-        # MedGymToolEnv.factory's environments, on a client whose responses are checked (conftest).
-        environment_factory=lambda: env(checked, {"run_id": rid, "max_turns": 3}),
+        environment_factory=factory(env, rid),
     )
     # TRL registered the server's tools, no more (a forbidden action is no tool the model can call).
     assert sorted(f.__name__ for f in trainer._env_tools[None]) == sorted(names)
@@ -135,7 +144,7 @@ def test_grpo_through_medgym(server, reference, tmp_path):
     class Rewards(TrainerCallback):
         # TRL keeps the latest generation batch's per-sample rewards, by reward source, in trainer._logs.
         def on_step_end(self, args, state, control, **kw):
-            logged.append(list(trainer._logs["rewards"]["MedGymToolEnv"]))
+            logged.append(list(trainer._logs["rewards"][env.__name__]))
 
     trainer.add_callback(Rewards())
     before = {n: p.detach().clone() for n, p in model.named_parameters()}

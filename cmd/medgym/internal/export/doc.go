@@ -5,7 +5,8 @@
 //   - verl/<dataset>_<split>.parquet: verl's RL dataset (data_source, prompt,
 //     ability, reward_model, extra_info), whose
 //     extra_info.interaction_kwargs {name: "medgym", task_id, dataset, split}
-//     selects medgym's BaseInteraction (clients/python/medgym/verl.py);
+//     names the task medgym's verl agent loop plays
+//     (clients/python/medgym/verl_agent.py);
 //   - prompts/<dataset>_<split>.parquet: a prompt-only dataset for TRL's
 //     GRPOTrainer and SkyRL (prompt, env_class "medgym", task_id, dataset,
 //     split), with a .jsonl twin.

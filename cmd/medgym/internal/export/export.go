@@ -54,8 +54,9 @@ type ExtraInfo struct {
 	InteractionKwargs InteractionKwargs `json:"interaction_kwargs"`
 }
 
-// InteractionKwargs select and start verl's interaction: verl's agent loop
-// picks the interaction by Name and passes the rest to start_interaction.
+// InteractionKwargs name the task a row plays: medgym's verl agent loop
+// (clients/python/medgym/verl_agent.py) opens a session for TaskID. Name
+// selected verl's interaction up to verl 0.7.
 type InteractionKwargs struct {
 	Name    string `json:"name"`
 	TaskID  string `json:"task_id"`
