@@ -11,7 +11,7 @@ TOOLS   ?= $(HOME)/.cache/medgym/bin
 export MEDGYM_TOOLS := $(TOOLS)
 SERVICES := dispatcher llm-worker sandbox-worker verifier trainer
 
-.PHONY: all setup setup-test venv build check-data lint library library-again demo test test-go test-system test-long soak test-chart test-compose test-env test-adapters test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
+.PHONY: fhir all setup setup-test venv build check-data lint library library-again demo test test-go test-system test-long soak test-chart test-compose test-env test-adapters test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
 
 all: build
 
@@ -60,6 +60,12 @@ $(LIBRARY_STAMP): $(LIBRARY_INPUTS)
 library-again: build
 	$(BIN)/medgym tasks generate
 	@touch $(LIBRARY_STAMP)
+
+## fhir: the MIMIC-IV demo as FHIR R4 NDJSON (build/fhir/mimic-iv-demo: one file per resource type, LICENSE.md,
+## MANIFEST.json with every file's SHA-256), what scripts/fhir-server.sh loads into the FHIR server; ~6 s
+FHIR_DIR := $(CURDIR)/build/fhir/mimic-iv-demo
+fhir: build
+	$(BIN)/medgym tasks fhir --out $(FHIR_DIR)
 
 ## demo: the reference policy on a small MedCalc-Bench sample, embedded defaults (checks for the data first, so a
 ## clone without it fails at once rather than after the build)
