@@ -73,8 +73,10 @@ func TestFHIRServerAgreesWithTheTables(t *testing.T) {
 			if len(mg) == 0 {
 				continue
 			}
-			// Cut-offs: just after the median result, and just before the first (no result).
-			cuts := []time.Time{mg[len(mg)/2].at.Add(time.Minute), mg[0].at.Add(-time.Minute)}
+			// Cut-offs: at the median result's time (le includes it), a minute
+			// after it, and a minute before the first result (none).
+			mid := mg[len(mg)/2].at
+			cuts := []time.Time{mid, mid.Add(time.Minute), mg[0].at.Add(-time.Minute)}
 			for _, cut := range cuts {
 				var latest []lab // the results at the latest time <= cut
 				var window []float64
@@ -152,6 +154,45 @@ func TestFHIRServerAgreesWithTheTables(t *testing.T) {
 		t.Logf("%d glucose windows checked", checked)
 		if checked < 50 {
 			t.Errorf("only %d glucose windows checked", checked)
+		}
+	})
+
+	t.Run("a created resource is read back and found", func(t *testing.T) {
+		pid := PatientID("10014729")
+		body := `{"resourceType":"Observation","status":"final",` +
+			`"category":[{"coding":[{"system":"http://terminology.hl7.org/CodeSystem/observation-category","code":"vital-signs"}]}],` +
+			`"code":{"coding":[{"system":"http://loinc.org","code":"85354-9"}],"text":"Blood pressure"},` +
+			`"subject":{"reference":"Patient/` + pid + `"},"effectiveDateTime":"2130-01-01T10:00:00+00:00",` +
+			`"valueString":"118/77 mmHg"}`
+		resp, err := http.Post(base+"/Observation", "application/fhir+json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		loc := resp.Header.Get("Location")
+		if resp.StatusCode != http.StatusCreated || !strings.Contains(loc, "/Observation/") {
+			t.Fatalf("POST Observation: status %d, Location %q; want 201 and the new resource's URL", resp.StatusCode, loc)
+		}
+		id := strings.Split(loc[strings.Index(loc, "/Observation/")+len("/Observation/"):], "/")[0]
+		got, err := http.Get(base + "/Observation/" + id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Body.Close()
+		if got.StatusCode != http.StatusOK {
+			t.Errorf("GET Observation/%s: status %d", id, got.StatusCode)
+		}
+		q := url.Values{"patient": {pid}, "code": {"http://loinc.org|85354-9"}}
+		if b := search(t, base, "Observation", q); len(b.Entry) != 1 || b.Entry[0].Resource.EffectiveDateTime != "2130-01-01T10:00:00+00:00" {
+			t.Errorf("Observation?%s: %+v, want the created one", q.Encode(), b.Entry)
+		}
+		missing, err := http.Get(base + "/Observation/no-such-id")
+		if err != nil {
+			t.Fatal(err)
+		}
+		missing.Body.Close()
+		if missing.StatusCode != http.StatusNotFound {
+			t.Errorf("GET Observation/no-such-id: status %d, want 404", missing.StatusCode)
 		}
 	})
 
