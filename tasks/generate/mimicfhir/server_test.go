@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -155,6 +156,64 @@ func TestFHIRServerAgreesWithTheTables(t *testing.T) {
 		if checked < 50 {
 			t.Errorf("only %d glucose windows checked", checked)
 		}
+	})
+
+	t.Run("generated read tasks: the FHIR answer is the truth", func(t *testing.T) {
+		ts, err := GenerateTasks(t.Context(), demoSource(t).Demo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range ts {
+			now := parseFHIRTime(t, tk.Now)
+			var got any
+			switch tk.Type {
+			case TaskPatientLookup:
+				b := search(t, base, "Patient", url.Values{"given": {tk.Params["given"]}, "family": {tk.Params["family"]}, "birthdate": {tk.Params["birthdate"]}})
+				switch len(b.Entry) {
+				case 0:
+					got = NotFound
+				case 1:
+					got = identifierValue(b.Entry[0].Resource, IdentifierPatient)
+				default:
+					t.Fatalf("%s: %d patients", tk.ID, len(b.Entry))
+				}
+			case TaskAge:
+				b := search(t, base, "Patient", url.Values{"identifier": {IdentifierPatient + "|" + tk.MRN}})
+				if len(b.Entry) != 1 {
+					t.Fatalf("%s: %d patients with MRN %s", tk.ID, len(b.Entry), tk.MRN)
+				}
+				got = ageAt(b.Entry[0].Resource.BirthDate, now)
+			case TaskLatestMg24h, TaskAvgGlucose24h:
+				code := SystemLOINC + "|19123-9"
+				if tk.Type == TaskAvgGlucose24h {
+					code = SystemLOINC + "|2345-7"
+				}
+				b := search(t, base, "Observation", url.Values{"patient": {PatientID(tk.MRN)}, "code": {code},
+					"date": {"ge" + fhirInstant(now.Add(-24*time.Hour)), "le" + fhirInstant(now)}, "_count": {"1000"}})
+				var latest time.Time
+				latestV, sum, n := -1.0, 0.0, 0
+				for _, e := range b.Entry {
+					q := e.Resource.ValueQuantity
+					if q == nil || q.Comparator != "" {
+						continue
+					}
+					sum += q.Value
+					n++
+					if at := parseFHIRTime(t, e.Resource.EffectiveDateTime); n == 1 || at.After(latest) {
+						latest, latestV = at, q.Value
+					}
+				}
+				if tk.Type == TaskLatestMg24h {
+					got = latestV
+				} else if got = -1.0; n > 0 {
+					got = sum / float64(n)
+				}
+			}
+			if !sameAnswer(got, tk.Answer) {
+				t.Errorf("%s (%s): the FHIR server answers %v, the tables %v", tk.ID, tk.Now, got, tk.Answer)
+			}
+		}
+		t.Logf("%d generated tasks checked: %v", len(ts), TaskCounts(ts))
 	})
 
 	t.Run("a created resource is read back and found", func(t *testing.T) {
@@ -353,9 +412,11 @@ type resource struct {
 		System string `json:"system"`
 		Value  string `json:"value"`
 	} `json:"identifier"`
+	BirthDate         string `json:"birthDate"`
 	EffectiveDateTime string `json:"effectiveDateTime"`
 	ValueQuantity     *struct {
-		Value float64 `json:"value"`
+		Value      float64 `json:"value"`
+		Comparator string  `json:"comparator"`
 	} `json:"valueQuantity"`
 }
 
@@ -416,6 +477,16 @@ func values(b bundle) []float64 {
 		}
 	}
 	return v
+}
+
+// sameAnswer compares answers; means to a relative 1e-9 (summation order).
+func sameAnswer(got, want any) bool {
+	g, ok1 := got.(float64)
+	w, ok2 := want.(float64)
+	if ok1 && ok2 {
+		return math.Abs(g-w) <= 1e-9*math.Max(1, math.Abs(w))
+	}
+	return got == want
 }
 
 func sameValues(a, b []float64) bool {
