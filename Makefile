@@ -131,9 +131,10 @@ test-go: setup-test library
 	go test -count=1 -timeout 20m -skip '^TestFHIRServerAgreesWithTheTables$$' ./tasks/...
 
 ## test-fhir: the FHIR server (HAPI FHIR, deploy/fhir-server) built with Maven, started by scripts/fhir-server.sh
-## with the MIMIC-IV demo as FHIR, and its answers checked against the source tables (docs/adr/0038). Measured on
-## 2 busy cores: ~50 s with the jar cached (conversion ~5 s, JVM start and load 10-20 s, ~700 queries); a first
-## build adds ~40 s (Maven, ~/.m2 warm) or ~60 s (cold); JVM RSS ~750 MB (-Xmx1g), Maven's ~580 MB
+## with the MIMIC-IV demo as FHIR, and its answers checked against the source tables and the generated read tasks'
+## truths (docs/adr/0038). Measured on 2 busy cores: 50-85 s with the jar cached (conversion 3-7 s, JVM start and
+## load 10-40 s, ~1,700 queries); a first build adds ~40 s (Maven, ~/.m2 warm) or ~60 s (cold); JVM RSS ~750 MB
+## (-Xmx1g), Maven's ~580 MB
 test-fhir:
 	WITH_FHIR=1 SKIP_MINIO=1 scripts/setup.sh
 	go test -count=1 -timeout 10m -run '^TestFHIRServerAgreesWithTheTables$$' -v ./tasks/generate/mimicfhir
