@@ -255,6 +255,30 @@ func TestFHIRServerAgreesWithTheTables(t *testing.T) {
 		}
 	})
 
+	t.Run("a line with an unknown element stops the load, naming it", func(t *testing.T) {
+		dir := t.TempDir()
+		good, err := os.ReadFile(filepath.Join(c.dir, NDJSONFile("Patient")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, _, _ := strings.Cut(string(good), "\n")
+		bad := first + "\n" + `{"resourceType":"Patient","id":"x","nmae":[{"family":"Typo"}]}` + "\n"
+		for name, body := range map[string]string{NDJSONFile("Patient"): bad, ManifestFile: "{}\n"} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cmd := exec.Command(filepath.Join(tasks.RepoRoot(), "scripts", "fhir-server.sh"), "start")
+		cmd.Env = append(os.Environ(), "MEDGYM_FHIR_DATA="+dir, "MEDGYM_FHIR_STATE="+filepath.Join(t.TempDir(), "fhir.env"), "MEDGYM_FHIR_PORT=")
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			t.Fatalf("the server started on a malformed line:\n%s", out)
+		}
+		if !strings.Contains(string(out), "Patient.ndjson line 2") {
+			t.Errorf("the script's output does not name the line:\n%s", out)
+		}
+	})
+
 	t.Run("unknown parameters are refused", func(t *testing.T) {
 		resp, err := http.Get(base + "/Observation?" + url.Values{"no-such-param": {"1"}}.Encode())
 		if err != nil {

@@ -2,7 +2,7 @@ package org.medgym.fhir;
 
 import ca.uhn.fhir.context.FhirContext;
 import ca.uhn.fhir.model.api.TemporalPrecisionEnum;
-import ca.uhn.fhir.parser.IParser;
+import ca.uhn.fhir.parser.StrictErrorHandler;
 import ca.uhn.fhir.rest.param.DateParam;
 import ca.uhn.fhir.rest.param.DateRangeParam;
 import ca.uhn.fhir.rest.param.ParamPrefixEnum;
@@ -19,6 +19,7 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.stream.IntStream;
 import org.hl7.fhir.r4.model.CodeableConcept;
 import org.hl7.fhir.r4.model.Coding;
 import org.hl7.fhir.r4.model.Condition;
@@ -80,10 +81,12 @@ final class Store {
     return ctx;
   }
 
-  /** Loads dir/&lt;Type&gt;.ndjson for every served type present; returns the count loaded. */
+  /**
+   * Loads dir/&lt;Type&gt;.ndjson for every served type present; returns the count loaded. Lines are
+   * parsed in parallel, a batch at a time, and stored in file order.
+   */
   int loadDir(Path dir) throws IOException {
     int n = 0;
-    IParser parser = ctx.newJsonParser();
     for (String t : TYPES) {
       Path p = dir.resolve(t + ".ndjson");
       if (!Files.exists(p)) {
@@ -91,22 +94,55 @@ final class Store {
       }
       Class<? extends Resource> cls = resourceClass(t);
       try (BufferedReader r = Files.newBufferedReader(p, StandardCharsets.UTF_8)) {
-        String line;
+        List<String> batch = new ArrayList<>(BATCH);
+        int first = 1; // the line number of batch.get(0)
         int lineNo = 0;
+        String line;
         while ((line = r.readLine()) != null) {
           lineNo++;
-          if (line.isBlank()) {
-            continue;
+          batch.add(line);
+          if (batch.size() == BATCH) {
+            n += loadBatch(p, t, cls, batch, first);
+            batch.clear();
+            first = lineNo + 1;
           }
-          Resource res;
-          try {
-            res = parser.parseResource(cls, line);
-          } catch (RuntimeException e) {
-            throw new IOException(p + " line " + lineNo + ": " + e.getMessage(), e);
-          }
-          put(index(t, res.getIdElement().getIdPart(), line, res));
-          n++;
         }
+        n += loadBatch(p, t, cls, batch, first);
+      }
+    }
+    return n;
+  }
+
+  private static final int BATCH = 8192;
+
+  /** Loading is strict (an unknown element or a bad value stops it); creates parse as HAPI's default, leniently. */
+  private static final StrictErrorHandler STRICT = new StrictErrorHandler();
+
+  private int loadBatch(Path p, String type, Class<? extends Resource> cls, List<String> lines, int first)
+      throws IOException {
+    Entry[] out = new Entry[lines.size()];
+    try {
+      IntStream.range(0, lines.size()).parallel().forEach(i -> {
+        String line = lines.get(i);
+        if (line.isBlank()) {
+          return;
+        }
+        Resource res;
+        try {
+          res = ctx.newJsonParser().setParserErrorHandler(STRICT).parseResource(cls, line);
+        } catch (RuntimeException e) {
+          throw new IllegalArgumentException(p + " line " + (first + i) + ": " + e.getMessage(), e);
+        }
+        out[i] = index(type, res.getIdElement().getIdPart(), line, res);
+      });
+    } catch (IllegalArgumentException e) {
+      throw new IOException(e.getMessage(), e);
+    }
+    int n = 0;
+    for (Entry e : out) {
+      if (e != null) {
+        put(e);
+        n++;
       }
     }
     return n;
