@@ -64,7 +64,9 @@ library-again: build
 ## fhir: the MIMIC-IV demo as FHIR R4 NDJSON (build/fhir/mimic-iv-demo: one file per resource type, LICENSE.md,
 ## MANIFEST.json with every file's SHA-256), what scripts/fhir-server.sh loads into the FHIR server; ~6 s
 FHIR_DIR := $(CURDIR)/build/fhir/mimic-iv-demo
-fhir: build
+fhir:
+	@mkdir -p $(BIN)
+	go build -o $(BIN)/medgym ./cmd/medgym
 	$(BIN)/medgym tasks fhir --out $(FHIR_DIR)
 
 ## demo: the reference policy on a small MedCalc-Bench sample, embedded defaults (checks for the data first, so a

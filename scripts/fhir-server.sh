@@ -50,7 +50,11 @@ build() {
     out="$(mktemp -d "${TMPDIR:-/tmp}/medgym-fhir-build.XXXXXX")"
     # Build in a copy so that concurrent builds (and the checkout) never share a target/.
     cp -r "$PROJECT/pom.xml" "$PROJECT/src" "$out/"
-    (cd "$out" && mvn -q -B -Dstyle.color=never -DskipTests package) >&2
+    if ! (cd "$out" && mvn -q -B -Dstyle.color=never -DskipTests package) >"$out/build.log" 2>&1; then
+      echo "fhir-server: the Maven build failed ($out/build.log):" >&2
+      tail -n 40 "$out/build.log" >&2
+      exit 1
+    fi
     mkdir -p "$(dirname "$jar")"
     cp "$out/target/fhir-server.jar" "$jar.tmp.$$"
     mv "$jar.tmp.$$" "$jar"
