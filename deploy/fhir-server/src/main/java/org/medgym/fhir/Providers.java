@@ -50,7 +50,7 @@ final class Providers {
         new ServiceRequestProvider(store));
   }
 
-  /** Read and create, shared by every provider. */
+  /** Read and create, shared by every provider (HAPI binds inherited annotated methods). */
   abstract static class Base<T extends Resource> implements IResourceProvider {
     final Store store;
     final Class<T> type;
@@ -65,7 +65,9 @@ final class Providers {
       return type;
     }
 
-    T get(IdType id) {
+    /** GET [type]/[id]; 404 when there is none. */
+    @Read
+    public T read(@IdParam IdType id) {
       Resource r = store.read(type.getSimpleName(), id.getIdPart());
       if (r == null) {
         throw new ResourceNotFoundException(id);
@@ -73,7 +75,9 @@ final class Providers {
       return type.cast(r);
     }
 
-    MethodOutcome put(T r) {
+    /** POST [type]: stored under a new server id. */
+    @Create
+    public MethodOutcome create(@ResourceParam T r) {
       if (r == null) {
         throw new UnprocessableEntityException("no resource in the request body");
       }
@@ -89,15 +93,6 @@ final class Providers {
       super(s, Patient.class);
     }
 
-    @Read
-    public Patient read(@IdParam IdType id) {
-      return get(id);
-    }
-
-    @Create
-    public MethodOutcome create(@ResourceParam Patient r) {
-      return put(r);
-    }
 
     /** Patients by id, identifier, name (any part, starts with, case-insensitive), family, given, birthdate, gender. */
     @Search(allowUnknownParams = false)
@@ -171,15 +166,6 @@ final class Providers {
       super(s, Observation.class);
     }
 
-    @Read
-    public Observation read(@IdParam IdType id) {
-      return get(id);
-    }
-
-    @Create
-    public MethodOutcome create(@ResourceParam Observation r) {
-      return put(r);
-    }
 
     @Search(allowUnknownParams = false)
     public IBundleProvider search(@OptionalParam(name = Observation.SP_PATIENT) ReferenceParam patient,
@@ -197,15 +183,6 @@ final class Providers {
       super(s, Encounter.class);
     }
 
-    @Read
-    public Encounter read(@IdParam IdType id) {
-      return get(id);
-    }
-
-    @Create
-    public MethodOutcome create(@ResourceParam Encounter r) {
-      return put(r);
-    }
 
     @Search(allowUnknownParams = false)
     public IBundleProvider search(@OptionalParam(name = Encounter.SP_PATIENT) ReferenceParam patient,
@@ -222,15 +199,6 @@ final class Providers {
       super(s, Condition.class);
     }
 
-    @Read
-    public Condition read(@IdParam IdType id) {
-      return get(id);
-    }
-
-    @Create
-    public MethodOutcome create(@ResourceParam Condition r) {
-      return put(r);
-    }
 
     @Search(allowUnknownParams = false)
     public IBundleProvider search(@OptionalParam(name = Condition.SP_PATIENT) ReferenceParam patient,
@@ -248,15 +216,6 @@ final class Providers {
       super(s, Procedure.class);
     }
 
-    @Read
-    public Procedure read(@IdParam IdType id) {
-      return get(id);
-    }
-
-    @Create
-    public MethodOutcome create(@ResourceParam Procedure r) {
-      return put(r);
-    }
 
     @Search(allowUnknownParams = false)
     public IBundleProvider search(@OptionalParam(name = Procedure.SP_PATIENT) ReferenceParam patient,
@@ -273,15 +232,6 @@ final class Providers {
       super(s, MedicationRequest.class);
     }
 
-    @Read
-    public MedicationRequest read(@IdParam IdType id) {
-      return get(id);
-    }
-
-    @Create
-    public MethodOutcome create(@ResourceParam MedicationRequest r) {
-      return put(r);
-    }
 
     @Search(allowUnknownParams = false)
     public IBundleProvider search(@OptionalParam(name = MedicationRequest.SP_PATIENT) ReferenceParam patient,
@@ -299,15 +249,6 @@ final class Providers {
       super(s, ServiceRequest.class);
     }
 
-    @Read
-    public ServiceRequest read(@IdParam IdType id) {
-      return get(id);
-    }
-
-    @Create
-    public MethodOutcome create(@ResourceParam ServiceRequest r) {
-      return put(r);
-    }
 
     @Search(allowUnknownParams = false)
     public IBundleProvider search(@OptionalParam(name = ServiceRequest.SP_PATIENT) ReferenceParam patient,
