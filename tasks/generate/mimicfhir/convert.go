@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/medgym/medgym/tasks"
 )
 
 // MEDSReader streams the events of a MEDS Parquet file whose code keep
@@ -94,7 +96,7 @@ func convert(ctx context.Context, src Source, out sink, st *Stats) error {
 	hosp := func(t string) string { return filepath.Join(src.Demo, "hosp", t+".csv.gz") }
 	icu := func(t string) string { return filepath.Join(src.Demo, "icu", t+".csv.gz") }
 	read := func(path string, fn func(get func(string) string) error) error {
-		sum, err := readCSV(ctx, path, fn)
+		sum, err := tasks.ReadCSVGz(ctx, path, fn)
 		if err != nil {
 			return err
 		}

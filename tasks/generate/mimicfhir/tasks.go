@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/medgym/medgym/tasks"
 )
 
 // The read task types of MedAgentBench (Jiang et al., arXiv:2501.14654),
@@ -63,7 +65,7 @@ type labRow struct {
 // files give the same tasks.
 func GenerateTasks(ctx context.Context, demo string) ([]Task, error) {
 	var pats []patientRow
-	_, err := readCSV(ctx, filepath.Join(demo, "hosp", "patients.csv.gz"), func(get func(string) string) error {
+	_, err := tasks.ReadCSVGz(ctx, filepath.Join(demo, "hosp", "patients.csv.gz"), func(get func(string) string) error {
 		age, err1 := strconv.Atoi(get("anchor_age"))
 		year, err2 := strconv.Atoi(get("anchor_year"))
 		if err := errors.Join(err1, err2); err != nil {
@@ -80,7 +82,7 @@ func GenerateTasks(ctx context.Context, demo string) ([]Task, error) {
 		return nil, fmt.Errorf("tasks: %w", err)
 	}
 	labs := map[string]map[string][]labRow{}
-	_, err = readCSV(ctx, filepath.Join(demo, "hosp", "labevents.csv.gz"), func(get func(string) string) error {
+	_, err = tasks.ReadCSVGz(ctx, filepath.Join(demo, "hosp", "labevents.csv.gz"), func(get func(string) string) error {
 		item := get("itemid")
 		if item != magnesiumItem && item != glucoseItem {
 			return nil
