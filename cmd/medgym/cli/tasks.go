@@ -339,7 +339,7 @@ func cmdTasksFHIR(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "FHIR R4 NDJSON written to %s\n", *out)
+	fmt.Fprintf(stdout, "FHIR R4 NDJSON written to %s (%s)\n", *out, st.Hash)
 	for _, t := range mimicfhir.ResourceTypes {
 		fmt.Fprintf(stdout, "  %-18s %7d\n", t, st.Counts[t])
 	}

@@ -33,6 +33,8 @@ type Stats struct {
 	// Sources maps each input file (relative to the demo folder; the MEDS
 	// file by its base name) to its hex SHA-256.
 	Sources map[string]string `json:"sources"`
+	// Hash is the output's hash (Manifest.Hash).
+	Hash string `json:"-"`
 	// Demographics are the synthetic names and birth dates by subject_id.
 	Demographics map[string]Demographics `json:"-"`
 }
@@ -121,6 +123,7 @@ func Write(ctx context.Context, src Source, dir string) (Stats, error) {
 		m.Files[name] = sum
 	}
 	m.Hash = tasks.TreeHash(m.Files)
+	st.Hash = m.Hash
 	b, err := json.MarshalIndent(m, "", " ")
 	if err != nil {
 		return st, err
