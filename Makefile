@@ -135,7 +135,7 @@ test-go: setup-test library
 ## test-fhir: the FHIR server (HAPI FHIR, deploy/fhir-server) built with Maven, started by scripts/fhir-server.sh
 ## with the MIMIC-IV demo as FHIR, and its answers checked against the source tables and the generated read tasks'
 ## truths (docs/adr/0038). Measured on 2 busy cores: 50-85 s with the jar cached (conversion 3-7 s, JVM start and
-## load 10-40 s, ~1,700 queries); a first build adds ~40 s (Maven, ~/.m2 warm) or ~60 s (cold); JVM RSS ~750 MB
+## load 10-40 s, ~2,000 queries); a first build adds ~40 s (Maven, ~/.m2 warm) or ~60 s (cold); JVM RSS ~750 MB
 ## (-Xmx1g), Maven's ~580 MB
 test-fhir:
 	WITH_FHIR=1 SKIP_MINIO=1 scripts/setup.sh

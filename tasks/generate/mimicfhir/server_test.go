@@ -183,13 +183,16 @@ func TestFHIRServerAgreesWithTheTables(t *testing.T) {
 					t.Fatalf("%s: %d patients with MRN %s", tk.ID, len(b.Entry), tk.MRN)
 				}
 				got = ageAt(b.Entry[0].Resource.BirthDate, now)
-			case TaskLatestMg24h, TaskAvgGlucose24h:
-				code := SystemLOINC + "|19123-9"
-				if tk.Type == TaskAvgGlucose24h {
-					code = SystemLOINC + "|2345-7"
+			case TaskLatestMg24h, TaskAvgGlucose24h, TaskLatestGlucose:
+				code, dates := SystemLOINC+"|2345-7", []string{"ge" + fhirInstant(now.Add(-24*time.Hour)), "le" + fhirInstant(now)}
+				switch tk.Type {
+				case TaskLatestMg24h:
+					code = SystemLOINC + "|19123-9"
+				case TaskLatestGlucose:
+					dates = dates[1:]
 				}
 				b := search(t, base, "Observation", url.Values{"patient": {PatientID(tk.MRN)}, "code": {code},
-					"date": {"ge" + fhirInstant(now.Add(-24*time.Hour)), "le" + fhirInstant(now)}, "_count": {"1000"}})
+					"date": dates, "_count": {"1000"}})
 				var latest time.Time
 				latestV, sum, n := -1.0, 0.0, 0
 				for _, e := range b.Entry {
@@ -203,7 +206,7 @@ func TestFHIRServerAgreesWithTheTables(t *testing.T) {
 						latest, latestV = at, q.Value
 					}
 				}
-				if tk.Type == TaskLatestMg24h {
+				if tk.Type != TaskAvgGlucose24h {
 					got = latestV
 				} else if got = -1.0; n > 0 {
 					got = sum / float64(n)

@@ -28,6 +28,7 @@ const (
 	TaskAge            = "age"                  // task 2: age in whole years at the current time
 	TaskLatestMg24h    = "latest_magnesium_24h" // task 4: the latest magnesium of the last 24 h, or -1
 	TaskAvgGlucose24h  = "average_glucose_24h"  // task 6: the mean glucose of the last 24 h, or -1
+	TaskLatestGlucose  = "latest_glucose"       // task 7: the latest glucose at the current time, or -1
 	NotFound           = "Patient not found"    // the lookup's answer when no patient matches
 	taskSeed           = 20250124               // the tasks' fixed seed
 	magnesiumItem      = "50960"
@@ -159,10 +160,10 @@ func GenerateTasks(ctx context.Context, demo string) ([]Task, error) {
 			for range 2 {
 				nows = append(nows, rows[rng.IntN(len(rows))].at.Add(time.Minute+time.Duration(rng.Int64N(int64(23*time.Hour)))))
 			}
-			nows = append(nows, rows[0].at.Add(-time.Hour-time.Duration(rng.Int64N(int64(30*24*time.Hour)))))
+			nows = append(nows, rows[0].at.Add(-time.Hour-time.Duration(rng.Int64N(int64(30*day)))))
 			for _, now := range nows {
 				if item == magnesiumItem {
-					v, ok := latestIn(rows, now)
+					v, ok := latestIn(rows, now, day)
 					if !ok {
 						continue // several results at the latest time: ambiguous, left out
 					}
@@ -173,6 +174,23 @@ func GenerateTasks(ctx context.Context, demo string) ([]Task, error) {
 						"Glucose results are Observations with the LOINC code 2345-7; average the numeric results (not those given as a bound, such as >500). "+
 						"The answer should be a single number in mg/dL, and -1 if no measurement within the last 24 hours is available.", s, fhirNow(now)), averageIn(rows, now))
 				}
+			}
+		}
+		// The latest glucose at any earlier time: two current times up to 30 days after a result, one before the first.
+		if rows := labs[s][glucoseItem]; len(rows) > 0 {
+			nows := []time.Time{}
+			for range 2 {
+				nows = append(nows, rows[rng.IntN(len(rows))].at.Add(time.Duration(rng.Int64N(int64(30*day)))))
+			}
+			nows = append(nows, rows[0].at.Add(-time.Minute-time.Duration(rng.Int64N(int64(30*day)))))
+			for _, now := range nows {
+				v, ok := latestIn(rows, now, 0)
+				if !ok {
+					continue
+				}
+				add(TaskLatestGlucose, s, now, fmt.Sprintf("What is the most recent glucose level of the patient with MRN of %s? It's %s now. "+
+					"Glucose results are Observations with the LOINC code 2345-7; take the latest result with a plain number (not one given as a bound, such as >500). "+
+					"The answer should be a single number in mg/dL, and -1 if there is none.", s, fhirNow(now)), v)
 			}
 		}
 	}
@@ -219,18 +237,23 @@ func ageAt(birth string, now time.Time) int {
 	return age
 }
 
-// inWindow reports whether t lies in the 24 hours up to now, both ends
-// included.
-func inWindow(t, now time.Time) bool { return !t.After(now) && !t.Before(now.Add(-24*time.Hour)) }
+// day is the window of the "last 24 hours" tasks.
+const day = 24 * time.Hour
+
+// inWindow reports whether t lies in the span up to now, both ends
+// included; span 0 is unbounded.
+func inWindow(t, now time.Time, span time.Duration) bool {
+	return !t.After(now) && (span == 0 || !t.Before(now.Add(-span)))
+}
 
 // latestIn is the value of the latest result with a numeric value in the
 // window, -1 for none; ok is false when that is ambiguous: several results
 // share the latest time, or a result without a numeric value is as late.
-func latestIn(rows []labRow, now time.Time) (float64, bool) {
+func latestIn(rows []labRow, now time.Time, span time.Duration) (float64, bool) {
 	var at, other time.Time
 	var vals []float64
 	for _, r := range rows {
-		if !inWindow(r.at, now) {
+		if !inWindow(r.at, now, span) {
 			continue
 		}
 		if !r.ok {
@@ -256,7 +279,7 @@ func latestIn(rows []labRow, now time.Time) (float64, bool) {
 func averageIn(rows []labRow, now time.Time) float64 {
 	sum, n := 0.0, 0
 	for _, r := range rows {
-		if r.ok && inWindow(r.at, now) {
+		if r.ok && inWindow(r.at, now, day) {
 			sum += r.value
 			n++
 		}

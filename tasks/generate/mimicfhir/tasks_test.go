@@ -21,7 +21,7 @@ func TestGenerateTasks(t *testing.T) {
 	}
 	counts := TaskCounts(a)
 	t.Logf("%d tasks: %v", len(a), counts)
-	for _, typ := range []string{TaskPatientLookup, TaskAge, TaskLatestMg24h, TaskAvgGlucose24h} {
+	for _, typ := range []string{TaskPatientLookup, TaskAge, TaskLatestMg24h, TaskAvgGlucose24h, TaskLatestGlucose} {
 		if n := counts[typ+"/train"] + counts[typ+"/test"]; n < 100 || counts[typ+"/test"] == 0 {
 			t.Errorf("%s: %d tasks (%d test), want at least 100 and some in test", typ, n, counts[typ+"/test"])
 		}
@@ -56,7 +56,7 @@ func TestGenerateTasks(t *testing.T) {
 	}
 	// Each type has instances whose answer is "none" (-1, not found) and
 	// instances with a value.
-	for _, typ := range []string{TaskPatientLookup, TaskLatestMg24h, TaskAvgGlucose24h} {
+	for _, typ := range []string{TaskPatientLookup, TaskLatestMg24h, TaskAvgGlucose24h, TaskLatestGlucose} {
 		n := counts[typ+"/train"] + counts[typ+"/test"]
 		if none[typ] == 0 || none[typ] == n {
 			t.Errorf("%s: %d of %d answers are none", typ, none[typ], n)
@@ -81,14 +81,17 @@ func TestTaskTruthsByHand(t *testing.T) {
 		{time.Date(2148, 8, 17, 0, 0, 1, 0, time.UTC), -1},   // a second more: none
 		{time.Date(2148, 8, 24, 12, 0, 0, 0, time.UTC), 1.8}, // the later one
 	} {
-		if got, ok := latestIn(rows, c.now); !ok || got != c.want {
+		if got, ok := latestIn(rows, c.now, day); !ok || got != c.want {
 			t.Errorf("latest at %s = %v (ok %v), want %v", c.now, got, ok, c.want)
 		}
 	}
 	if got := averageIn(append(rows, labRow{at: rows[1].at.Add(time.Hour), value: 2.4, ok: true}), rows[1].at.Add(2*time.Hour)); got != 2.1 {
 		t.Errorf("average = %v, want 2.1", got)
 	}
-	if got, ok := latestIn(append(rows, labRow{at: rows[1].at}), rows[1].at); ok {
+	if got, ok := latestIn(rows, time.Date(2149, 1, 1, 0, 0, 0, 0, time.UTC), 0); !ok || got != 1.8 {
+		t.Errorf("latest without a window = %v (ok %v), want 1.8", got, ok)
+	}
+	if got, ok := latestIn(append(rows, labRow{at: rows[1].at}), rows[1].at, day); ok {
 		t.Errorf("a result without a value at the latest time: %v, want ambiguous", got)
 	}
 	if got := ageAt("2104-05-17", time.Date(2125, 5, 16, 23, 0, 0, 0, time.UTC)); got != 20 {
