@@ -5,7 +5,7 @@
 #   scripts/fhir-server.sh build   build the jar with Maven unless the cache has it; print its path
 #   scripts/fhir-server.sh start   build if needed, start the server on 127.0.0.1, load the NDJSON
 #                                  folder once and wait until it serves; print its base URL
-#   scripts/fhir-server.sh stop    stop it (by PID)
+#   scripts/fhir-server.sh stop    stop it (by PID) and delete its log
 #   scripts/fhir-server.sh env     print the export line of the running server (MEDGYM_FHIR_URL)
 #
 # Settings (environment):
@@ -120,6 +120,7 @@ stop() {
     kill "$MEDGYM_FHIR_PID"
     while kill -0 "$MEDGYM_FHIR_PID" 2>/dev/null; do sleep 0.2; done
     echo "fhir-server: stopped pid $MEDGYM_FHIR_PID" >&2
+    rm -f "${MEDGYM_FHIR_LOG:-}"
   fi
   rm -f "$STATE"
 }
