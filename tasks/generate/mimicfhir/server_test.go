@@ -272,7 +272,8 @@ func TestFHIRServerAgreesWithTheTables(t *testing.T) {
 			}
 		}
 		cmd := exec.Command(filepath.Join(tasks.RepoRoot(), "scripts", "fhir-server.sh"), "start")
-		cmd.Env = append(os.Environ(), "MEDGYM_FHIR_DATA="+dir, "MEDGYM_FHIR_STATE="+filepath.Join(t.TempDir(), "fhir.env"), "MEDGYM_FHIR_PORT=")
+		tmp := t.TempDir() // the script keeps a failed server's log there
+		cmd.Env = append(os.Environ(), "MEDGYM_FHIR_DATA="+dir, "MEDGYM_FHIR_STATE="+filepath.Join(tmp, "fhir.env"), "MEDGYM_FHIR_PORT=", "TMPDIR="+tmp)
 		out, err := cmd.CombinedOutput()
 		if err == nil {
 			t.Fatalf("the server started on a malformed line:\n%s", out)
