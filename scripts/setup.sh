@@ -6,6 +6,7 @@
 #   SKIP_MINIO=1 scripts/setup.sh   skip the MinIO test server (3.5 min build)
 #   WITH_DOCKER=1 scripts/setup.sh  also install the Docker engine, and build Compose v2
 #   WITH_VM=1 scripts/setup.sh      also QEMU, a kernel and busybox for the cgroup v2 tests (scripts/cgroup2-vm.sh)
+#   WITH_FHIR=1 scripts/setup.sh    also a JDK 17 and Maven for the FHIR server (scripts/fhir-server.sh)
 set -euo pipefail
 
 TOOLS="${MEDGYM_TOOLS:-$HOME/.cache/medgym/bin}"
@@ -15,6 +16,7 @@ apt_pkgs=(bubblewrap python3 python3-pandas python3-numpy python3-scipy python3-
   python3-statsmodels python3-biopython python3-torch python3-venv sqlite3 curl ca-certificates)
 if [ "${WITH_DOCKER:-0}" = 1 ]; then apt_pkgs+=(docker.io debootstrap); fi
 if [ "${WITH_VM:-0}" = 1 ]; then apt_pkgs+=(qemu-system-x86 linux-image-amd64 busybox-static xfsprogs); fi
+if [ "${WITH_FHIR:-0}" = 1 ]; then apt_pkgs+=(openjdk-17-jdk-headless maven); fi
 
 missing=()
 for p in "${apt_pkgs[@]}"; do

@@ -37,8 +37,8 @@ type Manifest struct {
 	Files map[string]string `json:"files"` // slash path relative to the tree → hex SHA-256
 }
 
-// hashFile returns the hex SHA-256 of a file.
-func hashFile(p string) (string, error) {
+// HashFile returns the hex SHA-256 of a file.
+func HashFile(p string) (string, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return "", err
@@ -51,8 +51,9 @@ func hashFile(p string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// treeHash is the hash of a file list (path → hex SHA-256).
-func treeHash(files map[string]string) string {
+// TreeHash is the hash of a file list (path → hex SHA-256): "sha256:" +
+// the SHA-256 of the lines "<file sha256>  <path>\n" in path order.
+func TreeHash(files map[string]string) string {
 	h := sha256.New()
 	for _, p := range slices.Sorted(maps.Keys(files)) {
 		fmt.Fprintf(h, "%s  %s\n", files[p], p)
@@ -76,7 +77,7 @@ func buildManifest(tree, root string, keep func(rel string) bool) (Manifest, err
 		if rel == schemas.AgentManifestFile || rel == schemas.VerifierManifestFile || (keep != nil && !keep(rel)) {
 			return nil
 		}
-		sum, err := hashFile(p)
+		sum, err := HashFile(p)
 		if err != nil {
 			return err
 		}
@@ -86,7 +87,7 @@ func buildManifest(tree, root string, keep func(rel string) bool) (Manifest, err
 	if err != nil {
 		return Manifest{}, fmt.Errorf("manifest of %s: %w", root, err)
 	}
-	m.Hash = treeHash(m.Files)
+	m.Hash = TreeHash(m.Files)
 	return m, nil
 }
 

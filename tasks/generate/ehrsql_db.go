@@ -2,13 +2,11 @@ package generate
 
 import (
 	"bufio"
-	"compress/gzip"
 	"context"
 	"database/sql"
 	"encoding/csv"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -18,6 +16,8 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // pure-Go SQLite driver, registered as "sqlite"
+
+	"github.com/medgym/medgym/tasks"
 )
 
 // ehrNow is EHRSQL's fixed "current time": every relative time filter and
@@ -258,51 +258,8 @@ func pyFloat(f float64) string {
 // csvRows streams the records of a gzip CSV file. fn gets a column lookup
 // by lower-case header name ("" for an unknown column).
 func csvRows(ctx context.Context, path string, fn func(get func(col string) string) error) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", filepath.Base(path), err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(bufio.NewReaderSize(f, 1<<20))
-	if err != nil {
-		return fmt.Errorf("read %s: %w", path, err)
-	}
-	r := csv.NewReader(zr)
-	r.ReuseRecord = true
-	header, err := r.Read()
-	if err != nil {
-		return fmt.Errorf("read %s: header: %w", path, err)
-	}
-	idx := make(map[string]int, len(header))
-	for i, h := range header {
-		idx[strings.ToLower(strings.TrimSpace(strings.TrimPrefix(h, "\ufeff")))] = i
-	}
-	var rec []string
-	get := func(col string) string {
-		i, ok := idx[col]
-		if !ok || i >= len(rec) {
-			return ""
-		}
-		return rec[i]
-	}
-	for n := 0; ; n++ {
-		if n%4096 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-		rec, err = r.Read()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read %s: %w", path, err)
-		}
-		if err := fn(get); err != nil {
-			line, _ := r.FieldPos(0)
-			return fmt.Errorf("read %s:%d: %w", path, line, err)
-		}
-	}
+	_, err := tasks.ReadCSVGz(ctx, path, fn)
+	return err
 }
 
 // lowerText is EHRSQL's text normalisation: lower-cased, trimmed; an empty

@@ -16,12 +16,13 @@ import (
 	"github.com/medgym/medgym/services/sandbox-worker/sandbox"
 	"github.com/medgym/medgym/tasks"
 	"github.com/medgym/medgym/tasks/generate"
+	"github.com/medgym/medgym/tasks/generate/mimicfhir"
 	"github.com/medgym/medgym/tasks/meds"
 )
 
 func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: medgym tasks stats|show|list|labels|verify|generate|reference-outputs|stage-upstream [flags]")
+		return fmt.Errorf("usage: medgym tasks stats|show|list|labels|verify|generate|fhir|reference-outputs|stage-upstream [flags]")
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
@@ -29,6 +30,8 @@ func cmdTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return cmdTasksVerify(ctx, args, stdout, stderr)
 	case "generate":
 		return cmdTasksGenerate(ctx, args, stdout, stderr)
+	case "fhir":
+		return cmdTasksFHIR(ctx, args, stdout, stderr)
 	case "stage-upstream":
 		return cmdTasksStageUpstream(args, stdout, stderr)
 	case "reference-outputs":
@@ -319,6 +322,30 @@ func cmdTasksGenerate(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	fmt.Fprintf(stdout, "task library written to %s\n  agent tree    %s  %s (the sandbox-worker's --agent-tree)\n  verifier tree %s  %s\n",
 		*library, tasks.AgentTree(*library), h.Agent, tasks.VerifierTree(*library), h.Verifier)
+	return nil
+}
+
+// cmdTasksFHIR converts the MIMIC-IV demo to FHIR R4 NDJSON (one file per
+// resource type, LICENSE.md, MANIFEST.json): what the FHIR server of the
+// FHIR scenario loads (deploy/fhir-server).
+func cmdTasksFHIR(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tasks fhir", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	data := fs.String("data", tasks.DataRoot(), "shared data root")
+	out := fs.String("out", filepath.Join(tasks.RepoRoot(), "build", "fhir", "mimic-iv-demo"), "output directory")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	src := mimicfhir.Source{Demo: filepath.Join(*data, "mimic-iv-demo"),
+		MEDS: filepath.Join(*data, "mimic-iv-demo", "fallback_meds", "mimic_iv_demo_meds_events.parquet"), Reader: meds.Read}
+	st, err := mimicfhir.Write(ctx, src, *out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "FHIR R4 NDJSON written to %s (%s)\n", *out, st.Hash)
+	for _, t := range mimicfhir.ResourceTypes {
+		fmt.Fprintf(stdout, "  %-18s %7d\n", t, st.Counts[t])
+	}
 	return nil
 }
 
