@@ -34,6 +34,7 @@ func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	ids := fs.String("task", "", "only these task ids, comma separated (a trailing * matches a prefix)")
 	image := fs.String("image", "medgym/sandbox:latest", "--format harbor: the agent environment's base image (scripts/sandbox-image.sh)")
 	verifierImage := fs.String("verifier-image", "medgym/harbor-verifier:latest", "--format harbor: the verifier environment's base image (scripts/harbor-images.sh)")
+	network := fs.String("harbor-network", harbor.NetworkPolicy, "--format harbor: how the containers are kept off the network: no-network (task.toml's network_mode; Harbor's Docker environment enforces it with a sidecar it pulls from Docker Hub) or compose (a docker-compose.yaml with network_mode: none, for a local engine without registry access)")
 	agentTimeout := fs.Int("agent-timeout", 1800, "--format harbor: the agent's timeout in seconds (task.toml [agent] timeout_sec)")
 	endOn := fs.String("end-on", schemas.DefaultOptions().EndOn, "the sessions' end_on (it decides whether the prompt offers the answer action): accepted, answer or both")
 	upstream := fs.Bool("upstream-compat", false, "the sessions' compat: upstream (upstream's prompt layout)")
@@ -73,7 +74,7 @@ func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 				ts = ts[:*limit]
 			}
 			if *format == "harbor" {
-				opt := harbor.Options{Image: *image, VerifierImage: *verifierImage, AgentTree: tasks.AgentTree(*library), AgentTimeoutSec: *agentTimeout}
+				opt := harbor.Options{Image: *image, VerifierImage: *verifierImage, AgentTree: tasks.AgentTree(*library), AgentTimeoutSec: *agentTimeout, Network: *network}
 				for _, t := range ts {
 					if err := harbor.Write(filepath.Join(*out, t.View.ID), t, opt); err != nil {
 						return fmt.Errorf("export: %w", err)

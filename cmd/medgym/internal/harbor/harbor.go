@@ -58,7 +58,24 @@ type Options struct {
 	// AgentTimeoutSec and VerifierTimeoutSec are Harbor's phase timeouts.
 	AgentTimeoutSec    int
 	VerifierTimeoutSec int
+	// Network is how the containers are kept off the network: NetworkPolicy
+	// (the default) or NetworkCompose.
+	Network string
 }
+
+// How a task keeps its containers off the network.
+const (
+	// NetworkPolicy declares network_mode "no-network" in task.toml, which
+	// every Harbor environment must enforce or refuse (Harbor's Docker
+	// environment enforces it with an egress-control sidecar whose images
+	// it pulls from Docker Hub).
+	NetworkPolicy = "no-network"
+	// NetworkCompose leaves task.toml's network public and sets
+	// network_mode: none on the container in a docker-compose.yaml beside
+	// each Dockerfile: for a local Docker engine that cannot pull the
+	// sidecar's images. Only Harbor's Docker environments read it.
+	NetworkCompose = "compose"
+)
 
 // ErrHarness is returned for a task whose code runs inside a harness the
 // agent never sees (upstream BioCoder's context code): a terminal agent
@@ -84,6 +101,13 @@ func Write(dir string, t tasks.Task, o Options) error {
 	}
 	if o.Image == "" || o.VerifierImage == "" {
 		return errors.New("harbor: the agent and verifier base images are required")
+	}
+	switch o.Network {
+	case "":
+		o.Network = NetworkPolicy
+	case NetworkPolicy, NetworkCompose:
+	default:
+		return fmt.Errorf("harbor: network %q: %s or %s", o.Network, NetworkPolicy, NetworkCompose)
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return fmt.Errorf("harbor: %w", err)
@@ -118,6 +142,15 @@ func Write(dir string, t tasks.Task, o Options) error {
 		{"tests/Dockerfile", testsDockerfile(o.VerifierImage), 0o644},
 		{"tests/task.json", string(truth) + "\n", 0o644},
 		{"tests/test.sh", testSh, 0o755},
+	}
+	if o.Network == NetworkCompose {
+		for _, d := range []string{"environment", "tests"} {
+			files = append(files, struct {
+				name string
+				body string
+				mode os.FileMode
+			}{d + "/docker-compose.yaml", composeNoNetwork, 0o644})
+		}
 	}
 	for _, f := range files {
 		if err := os.WriteFile(filepath.Join(dir, f.name), []byte(f.body), f.mode); err != nil {
@@ -193,8 +226,12 @@ func taskTOML(v schemas.TaskView, o Options) string {
 	fmt.Fprintf(&b, "[metadata]\ntask_id = %s\ndataset = %s\nsplit = %s\ncategory = %s\nanswer_type = %s\n\n",
 		q(v.ID), q(v.Dataset), q(v.Split), q(v.Category), q(string(v.AnswerType)))
 	fmt.Fprintf(&b, "[agent]\ntimeout_sec = %d.0\n\n", agentTimeout)
-	fmt.Fprintf(&b, "[verifier]\ntimeout_sec = %d.0\nenvironment_mode = \"separate\"\nnetwork_mode = \"no-network\"\n\n", verifierTimeout)
-	b.WriteString("[environment]\nnetwork_mode = \"no-network\"\ncpus = 1\nmemory_mb = 2048\nbuild_timeout_sec = 600.0\n")
+	network := "no-network"
+	if o.Network == NetworkCompose {
+		network = "public" // environment/docker-compose.yaml and tests/docker-compose.yaml: network_mode none
+	}
+	fmt.Fprintf(&b, "[verifier]\ntimeout_sec = %d.0\nenvironment_mode = \"separate\"\nnetwork_mode = %s\n\n", verifierTimeout, q(network))
+	fmt.Fprintf(&b, "[environment]\nnetwork_mode = %s\ncpus = 1\nmemory_mb = 2048\nbuild_timeout_sec = 600.0\n", q(network))
 	return b.String()
 }
 
@@ -239,6 +276,13 @@ func solution(ref string) string {
 	}
 	return ref + "\n"
 }
+
+// composeNoNetwork takes Harbor's main service off the network (Harbor
+// merges a docker-compose.yaml beside the Dockerfile into its own).
+const composeNoNetwork = `services:
+  main:
+    network_mode: none
+`
 
 const solveSh = `#!/bin/sh
 # The reference solution, run in /work as medgym's sandbox runs it; what it prints is the answer.
