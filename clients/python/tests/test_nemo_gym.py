@@ -54,6 +54,8 @@ def nemo_server(env_server, run: str) -> TestClient:
         medgym_url=env_server.url, options={"end_on": "answer", "run_id": run},
     )  # fmt: skip
     server = MedgymResourcesServer(config=config, server_client=MagicMock(spec=ServerClient))
+    # Used as a context manager: one event loop for the app's life, as uvicorn runs it (the server's medgym client
+    # lives on that loop).
     return TestClient(server.setup_webserver())
 
 
@@ -64,9 +66,8 @@ def empty_response() -> dict[str, Any]:
     ).model_dump()
 
 
-def verify(c: TestClient, cookies: Any, row: dict[str, Any]) -> dict[str, Any]:
-    r = c.post("/verify", json={"responses_create_params": row["responses_create_params"], "response": empty_response()},
-               cookies=cookies)  # fmt: skip
+def verify(c: TestClient, row: dict[str, Any]) -> dict[str, Any]:
+    r = c.post("/verify", json={"responses_create_params": row["responses_create_params"], "response": empty_response()})
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -84,47 +85,48 @@ def test_dataset_rows_are_nemo_gym_rows(rows):
     """Each row's responses_create_params is NeMo Gym's model: the session's prompt, the actions as function tools."""
     for row in rows:
         p = NeMoGymResponseCreateParamsNonStreaming.model_validate(row["responses_create_params"])
-        names = {t.name for t in p.tools}
+        names = {t["name"] for t in p.tools}
         assert {"validate_code", "answer"} <= names, names
         assert row["dataset"] == DATASET and row["task_id"]
 
 
 def test_reference_through_the_tools_verifies_to_one(env_server, rows, reference):
     """seed_session, the reference's validate_code, its printed answer, verify: reward 1.0 and one stored row."""
-    c = nemo_server(env_server, "nemo-reference")
     row = next(r for r in rows if r["task_id"] == reference["task_id"])
-    seeded = c.post("/seed_session", json=row)
-    assert seeded.status_code == 200, seeded.text
-    cookies = seeded.cookies
-    out = c.post("/validate_code", json={"code": reference["code"]}, cookies=cookies).json()
-    assert not out["done"], out
-    last = [ln.strip() for ln in out["observation"].strip().splitlines() if ln.strip()][-1]
-    out = c.post("/answer", json={"answer": last}, cookies=cookies).json()
-    assert out["done"], out
-    v = verify(c, cookies, row)
+    with nemo_server(env_server, "nemo-reference") as c:
+        seeded = c.post("/seed_session", json=row)
+        assert seeded.status_code == 200, seeded.text
+        c.cookies = seeded.cookies
+        out = c.post("/validate_code", json={"code": reference["code"]}).json()
+        assert not out["done"], out
+        last = [ln.strip() for ln in out["observation"].strip().splitlines() if ln.strip()][-1]
+        out = c.post("/answer", json={"answer": last}).json()
+        assert out["done"], out
+        v = verify(c, row)
     assert v["reward"] == 1.0 and v["outcome"] == "correct", v
-    out = subprocess.run([str(medgym_bin()), "query", "--store", str(env_server.store), "--format", "csv",
-                          "SELECT task_id, reward FROM trajectories WHERE run_id = 'nemo-reference'"],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    stored = [(r["task_id"], float(r["reward"])) for r in csv.DictReader(io.StringIO(out.stdout))]
-    assert stored == [(reference["task_id"], 1.0)], out.stdout
+    q = subprocess.run([str(medgym_bin()), "query", "--store", str(env_server.store), "--format", "csv",
+                        "SELECT task_id, reward FROM trajectories WHERE run_id = 'nemo-reference'"],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert q.returncode == 0, q.stderr
+    stored = [(r["task_id"], float(r["reward"])) for r in csv.DictReader(io.StringIO(q.stdout))]
+    assert stored == [(reference["task_id"], 1.0)], q.stdout
 
 
 def test_wrong_and_unfinished_verify_to_zero(env_server, rows):
     """A wrong answer verifies to 0; so does a session verified before it ended (closed, truncated)."""
-    c = nemo_server(env_server, "nemo-wrong")
     row = rows[0]
-    cookies = c.post("/seed_session", json=row).cookies
-    out = c.post("/answer", json={"answer": "not the answer"}, cookies=cookies).json()
-    assert out["done"], out
-    assert verify(c, cookies, row)["reward"] == 0.0
+    with nemo_server(env_server, "nemo-wrong") as c:
+        c.cookies = c.post("/seed_session", json=row).cookies
+        out = c.post("/answer", json={"answer": "not the answer"}).json()
+        assert out["done"], out
+        assert verify(c, row)["reward"] == 0.0
 
-    cookies = c.post("/seed_session", json=row).cookies
-    v = verify(c, cookies, row)
-    assert v["reward"] == 0.0 and v["outcome"] == "turn_limit", v
-    # A tool call after verify has no session to play in.
-    assert c.post("/answer", json={"answer": "x"}, cookies=cookies).json()["done"]
+    with nemo_server(env_server, "nemo-unfinished") as c:
+        c.cookies = c.post("/seed_session", json=row).cookies
+        v = verify(c, row)
+        assert v["reward"] == 0.0 and v["outcome"] == "turn_limit", v
+        # A tool call after verify has no session to play in.
+        assert c.post("/answer", json={"answer": "x"}).json()["done"]
 
 
 def test_no_gold_in_tool_outputs(env_server, rows):
@@ -135,9 +137,9 @@ def test_no_gold_in_tool_outputs(env_server, rows):
         if t["view"]["id"] == rows[0]["task_id"]:
             gold = t["truth"]["answer"]
     assert gold
-    c = nemo_server(env_server, "nemo-gold")
-    cookies = c.post("/seed_session", json=rows[0]).cookies
-    outs = [c.post("/validate_code", json={"code": "x = 0"}, cookies=cookies).json(),
-            c.post("/answer", json={"answer": "0"}, cookies=cookies).json()]  # fmt: skip
+    with nemo_server(env_server, "nemo-gold") as c:
+        c.cookies = c.post("/seed_session", json=rows[0]).cookies
+        outs = [c.post("/validate_code", json={"code": "x = 0"}).json(), c.post("/answer", json={"answer": "0"}).json()]
+    assert outs[0]["observation"] and outs[1]["done"], outs  # the code run's output message; the answer ends it
     for o in outs:
         assert gold not in o["observation"], o
