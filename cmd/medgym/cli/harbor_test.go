@@ -105,7 +105,8 @@ func TestExportHarborCanary(t *testing.T) {
 
 // TestHarborVerify: harbor-verify scores the /work a trial left with the
 // verifier's rules: the right answer 1, a wrong or missing one 0, with
-// Harbor's reward.json (numbers only) and medgym.json beside it.
+// Harbor's reward.json (numbers only) and medgym.json beside it; an answer
+// file larger than a sandbox run may return is a wrong answer.
 func TestHarborVerify(t *testing.T) {
 	const canary = "MEDGYM-CANARY-2208"
 	lib := answerKeyLibrary(t, canary)
@@ -124,6 +125,8 @@ func TestHarborVerify(t *testing.T) {
 		{"right", "working...\n" + canary + "\n", true, 1, schemas.OutcomeCorrect},
 		{"wrong", "MEDGYM-CANARY-0000\n", true, 0, schemas.OutcomeIncorrect},
 		{"missing", "", false, 0, schemas.OutcomeIncorrect},
+		// Larger than a sandbox run may return: scored as wrong, not a verifier error.
+		{"too large", strings.Repeat("x", schemas.MaxOutputFileBytes) + "\n" + canary + "\n", true, 0, schemas.OutcomeIncorrect},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			work, logs := t.TempDir(), filepath.Join(t.TempDir(), "verifier")

@@ -35,6 +35,7 @@ import (
 	"strings"
 
 	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/services/sandbox-worker/sandbox"
 	"github.com/medgym/medgym/services/verifier/verify"
 	"github.com/medgym/medgym/tasks"
 )
@@ -179,8 +180,8 @@ func Instruction(v schemas.TaskView) string {
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("Work in `/work`. Python 3 with the usual scientific packages (numpy, pandas, scipy, " +
-		"statsmodels, scikit-learn, sqlite3) is installed; there is no network, so nothing more can be installed.\n\n")
+	b.WriteString("Work in `/work`. Installed: " + sandbox.PreinstalledPackages +
+		", sqlite3; there is no network, so nothing more can be installed.\n\n")
 	b.WriteString("## Answer\n\n")
 	if v.AnswerType == schemas.AnswerPredictions {
 		files := v.OutputFiles
@@ -366,6 +367,10 @@ type Result struct {
 // output of its last code run.
 func Score(t TaskFile, work string) (Result, error) {
 	answer, err := readCapped(filepath.Join(work, filepath.Base(AnswerFile)))
+	if tooLarge := (*fileTooLargeError)(nil); errors.As(err, &tooLarge) {
+		return Result{TaskID: t.View.ID, Outcome: schemas.OutcomeIncorrect, Verdict: err.Error(),
+			VerifierVersion: verify.VersionFor(verify.Mode(schemas.DefaultOptions().VerifierMode))}, nil
+	}
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return Result{}, err
 	}
@@ -376,8 +381,9 @@ func Score(t TaskFile, work string) (Result, error) {
 	}
 	for _, f := range outs {
 		body, err := readCapped(filepath.Join(work, filepath.FromSlash(path.Clean("/" + f)[1:])))
-		switch {
-		case errors.Is(err, os.ErrNotExist):
+		switch tooLarge := (*fileTooLargeError)(nil); {
+		case errors.Is(err, os.ErrNotExist), errors.As(err, &tooLarge):
+			// Missing, or larger than a sandbox run may return (where the sandbox would leave it out).
 		case err != nil:
 			return Result{}, err
 		default:
@@ -413,7 +419,15 @@ func readCapped(p string) (string, error) {
 		return "", err
 	}
 	if len(b) > schemas.MaxOutputFileBytes {
-		return "", fmt.Errorf("%s is larger than %d bytes", p, schemas.MaxOutputFileBytes)
+		return "", &fileTooLargeError{path: p}
 	}
 	return string(b), nil
+}
+
+// fileTooLargeError is a file the agent wrote that is larger than a
+// sandbox run may return: an answer scored as wrong, not a verifier error.
+type fileTooLargeError struct{ path string }
+
+func (e *fileTooLargeError) Error() string {
+	return fmt.Sprintf("rejected: %s is larger than %d bytes", e.path, schemas.MaxOutputFileBytes)
 }
