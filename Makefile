@@ -112,7 +112,8 @@ test-adapters: build library
 
 ## test-harbor: the Harbor export against the real harbor 0.25.0 (Python 3.13 runtime from Debian trixie,
 ## scripts/py313.sh): the oracle scores 1.0 on the first test task of 3 datasets through medgym's verifier, a spy agent
-## finds no answer key and no network, parity with medgym run; see scripts/test-harbor.sh
+## finds no answer key and no network, parity with medgym run; then the NeMo Gym resources server with nemo-gym 0.4.0's
+## classes; see scripts/test-harbor.sh. Cold cache: ~8 minutes on 2 shared cores (runtime and venvs kept: ~3)
 test-harbor: setup-test build library
 	scripts/test-harbor.sh
 
