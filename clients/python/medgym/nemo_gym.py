@@ -10,12 +10,13 @@ of that session, and ``/verify`` returns the verifier's reward of the episode (a
 scores 0, as ``DELETE /v1/sessions/{id}`` scores it). The episode is stored like any medgym episode. NeMo Gym keeps
 the session (its signed cookie); this server keeps only the map from it to the medgym session.
 
-Run it as NeMo Gym runs resources servers (its config names the class and the server's settings)::
+Run it as NeMo Gym runs resources servers: its config names the entry point (this module runs
+``MedgymResourcesServer.run_webserver()`` when run as a script) and the server's settings::
 
     medgym_resources_server:
       resources_servers:
         medgym:
-          entrypoint: ...   # a module that calls MedgymResourcesServer.run_webserver()
+          entrypoint: <path of this file>
           medgym_url: http://127.0.0.1:8420
           domain: other
 
@@ -172,3 +173,7 @@ async def dataset_rows(
             }
         )
     return rows
+
+
+if __name__ == "__main__":
+    MedgymResourcesServer.run_webserver()

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -75,12 +76,22 @@ func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}
 			if *format == "harbor" {
 				opt := harbor.Options{Image: *image, VerifierImage: *verifierImage, AgentTree: tasks.AgentTree(*library), AgentTimeoutSec: *agentTimeout, Network: *network}
+				written, skipped := 0, 0
 				for _, t := range ts {
-					if err := harbor.Write(filepath.Join(*out, t.View.ID), t, opt); err != nil {
+					err := harbor.Write(filepath.Join(*out, t.View.ID), t, opt)
+					switch {
+					case errors.Is(err, harbor.ErrHarness):
+						skipped++
+						continue
+					case err != nil:
 						return fmt.Errorf("export: %w", err)
 					}
+					written++
 				}
-				fmt.Fprintf(stdout, "%s/%s: %d Harbor tasks -> %s\n", ds, sp, len(ts), *out)
+				fmt.Fprintf(stdout, "%s/%s: %d Harbor tasks -> %s\n", ds, sp, written, *out)
+				if skipped > 0 {
+					fmt.Fprintf(stderr, "export: %s/%s: %d tasks skipped: %v\n", ds, sp, skipped, harbor.ErrHarness)
+				}
 				continue
 			}
 			views := make([]schemas.TaskView, len(ts))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/medgym/medgym/cmd/medgym/internal/harbor"
 	"github.com/medgym/medgym/schemas"
+	"github.com/medgym/medgym/tasks"
 )
 
 // TestExportHarborCanary: `medgym export --format harbor` over a library
@@ -151,5 +152,35 @@ func TestHarborVerify(t *testing.T) {
 				t.Errorf("reward.json %v, medgym.json %+v: want reward %g, outcome %s", reward, res, c.reward, c.outcome)
 			}
 		})
+	}
+}
+
+// TestExportHarborSkipsHarnessTasks: a task whose code runs inside a
+// harness the agent never sees is left out, and the export says so.
+func TestExportHarborSkipsHarnessTasks(t *testing.T) {
+	lib := answerKeyLibrary(t, "MEDGYM-CANARY-2209")
+	ts, err := tasks.Load(context.Background(), tasks.Source{Dataset: "eicu", Split: "test", LibraryDir: lib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts[1].View.Harness = "def f():\n    " + schemas.HarnessMarker + "\nprint(f())\n"
+	if err := tasks.WriteTasks(filepath.Join(tasks.VerifierTree(lib), "eicu", "test.jsonl"), ts); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tasks.WriteManifests(lib); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	if err := Run(context.Background(), []string{"export", "--format", "harbor", "--library", lib, "--dataset", "eicu", "--split", "test", "--out", out}, &stdout, &stderr); err != nil {
+		t.Fatalf("export: %v\n%s", err, stderr.String())
+	}
+	var folders []string
+	for _, e := range must(os.ReadDir(out)) {
+		folders = append(folders, e.Name())
+	}
+	if !slices.Equal(folders, []string{"eicu-canary-0"}) || !strings.Contains(stdout.String(), "1 Harbor tasks") ||
+		!strings.Contains(stderr.String(), "1 tasks skipped") {
+		t.Errorf("folders %v, stdout %q, stderr %q", folders, stdout.String(), stderr.String())
 	}
 }
