@@ -32,6 +32,8 @@ EOF
   # A binary whose libraries are missing exits 127 (the loader): the build fails.
   "$DOCKER" build -q -t "$TAG" "$WORK" >/dev/null
   echo "harbor-images: built $TAG" >&2
+  # Older verifier images (an earlier medgym binary) go; one in use by a container stays (rmi refuses).
+  "$DOCKER" images --format '{{.Repository}}:{{.Tag}}' "$REPO" | grep -vxF "$TAG" | xargs -r "$DOCKER" rmi >/dev/null 2>&1 || true
 fi
 echo "MEDGYM_HARBOR_IMAGE=$SANDBOX"
 echo "MEDGYM_HARBOR_VERIFIER_IMAGE=$TAG"
