@@ -11,7 +11,7 @@ TOOLS   ?= $(HOME)/.cache/medgym/bin
 export MEDGYM_TOOLS := $(TOOLS)
 SERVICES := dispatcher llm-worker sandbox-worker verifier trainer
 
-.PHONY: fhir test-fhir all setup setup-test venv build check-data lint library library-again demo test test-go test-system test-long soak test-chart test-compose test-env test-adapters test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
+.PHONY: fhir test-fhir all setup setup-test venv build check-data lint library library-again demo test test-go test-system test-long soak test-chart test-compose test-env test-adapters test-harbor test-harbor-all test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
 
 all: build
 
@@ -97,7 +97,7 @@ tidy:
 ## test: every check CI runs: gofmt, vet, go mod tidy, race tests (Docker backend included) of the
 ## packages and of the system tests, the Helm chart's render test, the compose deployment, the sandbox on
 ## cgroup v2, every reference solution, bounded fuzzing; prints each stage's time
-TEST_STAGES := setup-test library fmt vet lint tidy test-go test-fhir test-system test-env test-adapters test-chart test-compose test-cgroup2 verify-all fuzz
+TEST_STAGES := setup-test library fmt vet lint tidy test-go test-fhir test-system test-env test-adapters test-harbor test-chart test-compose test-cgroup2 verify-all fuzz
 test:
 	@scripts/stages.sh $(TEST_STAGES)
 
@@ -117,6 +117,17 @@ test-compose: setup-test library
 ## venv layer (requirements/env-*.txt; built once, then a no-op), against a live medgym env serve
 test-adapters: build library
 	scripts/test-adapters.sh
+
+## test-harbor: the Harbor export against the real harbor 0.25.0 (Python 3.13 runtime from Debian trixie,
+## scripts/py313.sh): the oracle scores 1.0 on the first test task of 3 datasets through medgym's verifier, a spy agent
+## finds no answer key and no network, parity with medgym run; then the NeMo Gym resources server with nemo-gym 0.4.0's
+## classes; see scripts/test-harbor.sh. Cold cache: ~8 minutes on 2 shared cores (runtime and venvs kept: ~3)
+test-harbor: setup-test build library
+	scripts/test-harbor.sh
+
+## test-harbor-all: test-harbor over the first test task of every dataset of the library (outside make test)
+test-harbor-all: setup-test build library
+	HARBOR_DATASETS=npowerai,biostat,clinical_ml,treqs,ehrsql2024,mimic_iii,eicu scripts/test-harbor.sh
 
 ## test-cgroup2: the sandbox's cgroup tests and abuse suite on a cgroup v2 kernel (a QEMU VM)
 test-cgroup2: setup-test

@@ -27,7 +27,8 @@ Usage:
   medgym replay   --store DIR --run ID [flags]   re-execute a run's actions, re-score it, report changes
   medgym rescore  --store DIR --run ID [flags]   re-score a run's stored outputs with the current verifier and truths (no code runs), report flips
   medgym report   --store DIR --run ID [--out DIR]   Markdown + SVG report of a run
-  medgym export   --out DIR [--dataset D] [--split S]   task datasets for RL frameworks: verl RL parquet, TRL/SkyRL prompts
+  medgym export   --out DIR [--dataset D] [--split S] [--format rl|harbor]   task datasets for RL frameworks (verl RL parquet, TRL/SkyRL prompts) or Harbor task folders
+  medgym harbor-verify --task FILE --work DIR --out DIR   score a Harbor trial's answer with the verifier's rules (a Harbor task's tests/test.sh)
   medgym fake-llm [flags]   a fake OpenAI-compatible server (a test tool)
 
 Run "medgym COMMAND -h" for a command's flags.
@@ -66,6 +67,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdReport(ctx, rest, stdout, stderr)
 	case "export":
 		return cmdExport(ctx, rest, stdout, stderr)
+	case "harbor-verify":
+		return cmdHarborVerify(rest, stdout, stderr)
 	case "fake-llm":
 		return cmdFakeLLM(ctx, rest, stdout, stderr)
 	case "-h", "--help", "help":
