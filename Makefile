@@ -11,7 +11,7 @@ TOOLS   ?= $(HOME)/.cache/medgym/bin
 export MEDGYM_TOOLS := $(TOOLS)
 SERVICES := dispatcher llm-worker sandbox-worker verifier trainer
 
-.PHONY: all setup setup-test venv build check-data lint library library-again demo test test-go test-system test-long soak test-chart test-compose test-env test-adapters test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
+.PHONY: all setup setup-test venv build check-data lint library library-again demo test test-go test-system test-long soak test-chart test-compose test-env test-adapters test-hub test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
 
 all: build
 
@@ -109,6 +109,12 @@ test-compose: setup-test library
 ## venv layer (requirements/env-*.txt; built once, then a no-op), against a live medgym env serve
 test-adapters: build library
 	scripts/test-adapters.sh
+
+## test-hub: the OpenEnv hub package (deploy/openenv) as the hub checks it, with openenv 0.10.0's own validator:
+## static level, the layout push expects, and the runtime level against the image it builds FROM the hub image
+## (scripts/hub-image.sh, from this repository's own images; nothing pulled or pushed); see scripts/test-hub.sh
+test-hub: build library
+	scripts/test-hub.sh
 
 ## test-cgroup2: the sandbox's cgroup tests and abuse suite on a cgroup v2 kernel (a QEMU VM)
 test-cgroup2: setup-test
