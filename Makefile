@@ -89,7 +89,7 @@ tidy:
 ## test: every check CI runs: gofmt, vet, go mod tidy, race tests (Docker backend included) of the
 ## packages and of the system tests, the Helm chart's render test, the compose deployment, the sandbox on
 ## cgroup v2, every reference solution, bounded fuzzing; prints each stage's time
-TEST_STAGES := setup-test library fmt vet lint tidy test-go test-system test-env test-adapters test-chart test-compose test-cgroup2 verify-all fuzz
+TEST_STAGES := setup-test library fmt vet lint tidy test-go test-system test-env test-adapters test-chart test-compose test-hub test-cgroup2 verify-all fuzz
 test:
 	@scripts/stages.sh $(TEST_STAGES)
 

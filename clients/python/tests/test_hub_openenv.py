@@ -4,7 +4,7 @@ deployment check and `openenv push` expect (pyproject's server script, uv.lock, 
 Space front matter; push's own staging moves the Dockerfile to the root and points FROM at a registry's copy of the
 base); and the runtime level (the validator's own build of server/Dockerfile, its own collector playing
 validation/runtime.json over /ws, its own graders and policy) passes against the container it builds from this
-repository's images. Nothing is pushed.
+repository's images; the image, run, passes `openenv validate --url` at its root. Nothing is pushed or pulled.
 
 The runtime level starts the container as OpenEnv's Docker provider does, with one change: the security options
 bubblewrap needs (compose.yaml's sandbox-worker has the same), without which `medgym env serve` stops at start
@@ -19,9 +19,11 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
+import httpx
 import pytest
 
 pytest.importorskip("openenv")
@@ -246,3 +248,80 @@ def test_runtime_level(monkeypatch, tmp_path):
         for e in trace
         if e["operation"] == "state"
     } == {"medgym-runtime-probe"}
+
+
+def test_image_serves_openenv_at_root(tmp_path):
+    """The package's image, built as a Space builds it and run with the sandbox's options: `openenv validate --url`
+    of its root passes (the simulation mode's endpoints, /health, /metadata, /schema, /mcp), and OpenEnv's
+    GenericEnvClient given the bare host plays a code run, without a token."""
+    reason = docker_ready()
+    if reason:
+        pytest.skip(reason)
+    from openenv import GenericEnvClient
+    from openenv.cli._validation import validate_running_environment
+
+    image = subprocess.run(
+        ["docker", "build", "-q", "-f", str(PKG / "server" / "Dockerfile"), str(PKG)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    ).stdout.strip()
+    name = f"medgym-hub-test-{os.getpid()}"
+    subprocess.run(
+        [
+            "docker",
+            "run",
+            "-d",
+            "--rm",
+            "--name",
+            name,
+            *BWRAP_OPTS,
+            "-p",
+            "127.0.0.1::8000",
+            image,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    try:
+        port = (
+            subprocess.run(
+                ["docker", "port", name, "8000/tcp"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            )
+            .stdout.split()[0]
+            .rsplit(":", 1)[1]
+        )
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(
+            600
+        ):  # the server's start: views, JetStream (a wait, bounded by the loop, not a time check)
+            try:
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        report = validate_running_environment(base)
+        assert report["passed"], [c for c in report["criteria"] if not c["passed"]]
+        assert report["mode"] == "simulation"
+        with GenericEnvClient(base_url=base).sync() as env:
+            r = env.reset(task_id="npowerai-anova_power-0004", episode_id="root-check")
+            assert not r.done and r.observation["tools"]
+            r = env.step(
+                {
+                    "content": json.dumps(
+                        {"action": "validate_code", "params": {"code": "print(6 * 7)"}}
+                    )
+                }
+            )
+            assert r.observation["text"] == "42\n" and r.reward == 0 and not r.done
+            assert env.state()["episode_id"] == "root-check"
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=60)
