@@ -70,3 +70,33 @@ def test_verifiers_unfinished_rollout_is_closed_and_stored(medgym_server, tmp_pa
     assert sess.closed is not None and state["medgym"]["reward"] == 0.0 and state["medgym"]["outcome"] == "turn_limit"
     rows = [r for r in wait_rows(store, sess.created["run_id"], 1) if r["episode_id"] == sess.created["episode_id"]]
     assert len(rows) == 1 and rows[0]["termination"] == "closed"
+
+
+def test_prime_hub_package(medgym_server, fake_model, monkeypatch):
+    # deploy/prime/medgym_env, the package for Prime's Environments Hub: what `prime env push` reads (name, version,
+    # description, tags, dependencies; the module its build includes) and, its module importable as an installed
+    # package's would be, verifiers' own load_environment("medgym-env") gets the adapter's environment, whose rollout
+    # scores the server's reward (the server named by $MEDGYM_URL, as a hub user's would be).
+    import tomllib
+    from pathlib import Path
+
+    from medgym.verifiers_env import MedGymEnv
+
+    pkg = Path(__file__).resolve().parents[3] / "deploy" / "prime" / "medgym_env"
+    project = tomllib.loads((pkg / "pyproject.toml").read_text())
+    meta = project["project"]
+    assert meta["name"].replace("-", "_") == "medgym_env" and (pkg / "medgym_env.py").is_file()
+    assert meta["version"] and meta["description"] and meta["tags"] and (pkg / "README.md").is_file()
+    assert project["tool"]["hatch"]["build"]["include"][0] == "medgym_env.py"
+    [dep] = meta["dependencies"]
+    assert dep.startswith("medgym[verifiers] @ ") and dep.endswith("#subdirectory=clients/python")
+    url, _ = medgym_server
+    monkeypatch.syspath_prepend(str(pkg))
+    monkeypatch.setenv("MEDGYM_URL", url)
+    monkeypatch.setenv("MEDGYM_TEST_MODEL_KEY", "unused")
+    env = vf.load_environment("medgym-env", num_examples=1, dataset="medcalcbench", split="test",
+                              options={"max_turns": 1})
+    assert type(env) is MedGymEnv and env.medgym_url == url
+    client = vf.ClientConfig(api_base_url=fake_model, api_key_var="MEDGYM_TEST_MODEL_KEY")
+    out = env.evaluate_sync(client=client, model="medgym-fake", num_examples=1, rollouts_per_example=1)["outputs"][0]
+    assert out["reward"] == 1.0 and out["metrics"]["medgym_success"] == 1.0, out
