@@ -18,6 +18,9 @@ mkdir -p "$venvs"
 want=hub-openenv-$(sha256sum requirements/env-openenv.txt | cut -c1-12)
 for old in "$venvs"/hub-openenv-*; do [ "$old" = "$venvs/$want" ] || [ ! -d "$old" ] || rm -rf "$old"; done
 start=$(date +%s)
+# The base the layer sits on, as scripts/test-env.sh makes it (a no-op when up to date).
+scripts/venv.sh
+VENV=$root/.venv-env VENV_BASE=$root/.venv VENV_LAYERS=requirements/env-base.txt scripts/venv.sh
 VENV=$venvs/$want VENV_BASE=$root/.venv-env VENV_LAYERS=requirements/env-openenv.txt scripts/venv.sh
 echo "test-hub: $venvs/$want ready in $(( $(date +%s) - start ))s"
 "$venvs/$want/bin/python" -c "import openenv.cli.__main__" || { echo "test-hub: openenv's CLI is not importable in $venvs/$want" >&2; exit 1; }
