@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -56,12 +57,9 @@ def test_static_level_passes():
     assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads(out.stdout)
     assert report["verdict"] == "pass", report
-    assert {r["check_id"]: r["status"] for r in report["results"]} == {
-        "static.manifest": "pass"
-    }
+    assert {r["check_id"]: r["status"] for r in report["results"]} == {"static.manifest": "pass"}
     assert (
-        report["manifest"]["name"] == "medgym"
-        and report["manifest"]["execution"]["dockerfile"] == "server/Dockerfile"
+        report["manifest"]["name"] == "medgym" and report["manifest"]["execution"]["dockerfile"] == "server/Dockerfile"
     )
 
 
@@ -82,19 +80,12 @@ def test_layout_is_what_the_hub_expects():
     m = re.match(r"---\n(.*?)\n---\n", card, re.S)
     assert m, "README.md has no front matter"
     front = yaml.safe_load(m.group(1))
-    assert (
-        front["sdk"] == "docker"
-        and front["app_port"] == manifest["port"] == 8000
-        and "openenv" in front["tags"]
-    )
+    assert front["sdk"] == "docker" and front["app_port"] == manifest["port"] == 8000 and "openenv" in front["tags"]
     assert "base_path" not in front  # no web interface: the Space's root is the API
     pyproject = tomllib.loads((PKG / "pyproject.toml").read_text())
     lock = tomllib.loads((PKG / "uv.lock").read_text())
     pinned = {p["name"]: p.get("version") for p in lock["package"]}
-    assert (
-        pyproject["project"]["dependencies"] == ["openenv==0.10.0"]
-        and pinned["openenv"] == "0.10.0"
-    )
+    assert pyproject["project"]["dependencies"] == ["openenv==0.10.0"] and pinned["openenv"] == "0.10.0"
     assert pinned[pyproject["project"]["name"]] == pyproject["project"]["version"]
 
 
@@ -103,46 +94,92 @@ def test_push_staging(tmp_path):
     at the root with FROM pointed at REF, no web interface switched on, the card and the launcher beside it."""
     ref = "registry.example/medgym/env-hub:0123456789abcdef"
     stage = tmp_path / "space"
-    _prepare_staging_directory(
-        PKG, "medgym", stage, [], base_image=ref, enable_interface=False
-    )
+    _prepare_staging_directory(PKG, "medgym", stage, [], base_image=ref, enable_interface=False)
     dockerfile = (stage / "Dockerfile").read_text()
     assert not (stage / "server" / "Dockerfile").exists()
     froms = [line for line in dockerfile.splitlines() if line.startswith("FROM")]
     assert froms == [f"FROM {ref}"] and "ENABLE_WEB_INTERFACE" not in dockerfile
     assert (stage / "README.md").read_text() == (PKG / "README.md").read_text()
-    assert (stage / "server" / "app.py").exists() and (
-        stage / "validation" / "runtime.json"
-    ).exists()
+    assert (stage / "server" / "app.py").exists() and (stage / "validation" / "runtime.json").exists()
 
 
-def test_launcher_command(monkeypatch):
-    """server/app.py runs `medgym env serve` with the door at the root on 0.0.0.0:$PORT: open without a token
-    (--no-token), guarded with one (MEDGYM_ENV_TOKEN or its file, never on the command line); its own arguments
-    are passed on."""
+def load_app():
+    """server/app.py as `python -m server.app` imports it (the package folder on the path)."""
     sys.path.insert(0, str(PKG))
     try:
         from server import app
     finally:
         sys.path.remove(str(PKG))
+    return app
+
+
+def test_launcher_command():
+    """server/app.py runs `medgym env serve` with the door at the root on 0.0.0.0:$PORT (--host and --port, as
+    OpenEnv's `uv run server --port 8000`, override it): open without a token (--no-token), guarded with one
+    (MEDGYM_ENV_TOKEN or its file, never on the command line); other arguments are passed on."""
+    app = load_app()
     cmd = app.command(["--max-sessions", "8"], {"PORT": "8000"})
-    assert (
-        cmd[1:3] == ["env", "serve"] and cmd[cmd.index("--addr") + 1] == "0.0.0.0:8000"
-    )
-    assert (
-        "--openenv-root" in cmd
-        and "--no-token" in cmd
-        and cmd[-2:] == ["--max-sessions", "8"]
-    )
-    assert (
-        cmd[cmd.index("--library") + 1] == "/library"
-        and cmd[cmd.index("--data") + 1] == "/data"
-    )
+    assert cmd[1:3] == ["env", "serve"] and cmd[cmd.index("--addr") + 1] == "0.0.0.0:8000"
+    assert "--openenv-root" in cmd and "--no-token" in cmd and cmd[-2:] == ["--max-sessions", "8"]
+    assert cmd[cmd.index("--library") + 1] == "/library" and cmd[cmd.index("--data") + 1] == "/data"
+    cmd = app.command(["--port", "9001", "--idle", "1m", "--host", "127.0.0.1"], {"PORT": "8000"})
+    assert cmd[cmd.index("--addr") + 1] == "127.0.0.1:9001" and cmd[-2:] == ["--idle", "1m"]
     guarded = app.command([], {"PORT": "8000", "MEDGYM_ENV_TOKEN": "s3cret"})
     assert "--no-token" not in guarded and not any("s3cret" in a for a in guarded)
-    assert "--no-token" not in app.command(
-        [], {"MEDGYM_ENV_TOKEN_FILE": "/run/secrets/token"}
+    assert "--no-token" not in app.command([], {"MEDGYM_ENV_TOKEN_FILE": "/run/secrets/token"})
+
+
+def test_launcher_serves_without_docker(tmp_path):
+    """The python-module deployment (`python -m server.app --port P`, what `uv run server` runs) on this host with
+    bin/medgym and build/library: `openenv validate --url` of its root passes."""
+    from openenv.cli._validation import validate_running_environment
+
+    binary, library = ROOT / "bin" / "medgym", ROOT / "build" / "library"
+    data = Path(os.environ.get("MEDGYM_DATA", ROOT.parent / "shared" / "data"))
+    if not (binary.exists() and (library / "verifier").is_dir() and (data / "medcalcbench").is_dir()):
+        pytest.skip("needs bin/medgym (make build), build/library (make library) and the data folder")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {
+        **os.environ,
+        "MEDGYM_BIN": str(binary),
+        "MEDGYM_LIBRARY": str(library),
+        "MEDGYM_DATA": str(data),
+        "MEDGYM_STATE": str(tmp_path / "medgym"),
+    }
+    for k in ("MEDGYM_ENV_TOKEN", "MEDGYM_ENV_TOKEN_FILE"):
+        env.pop(k, None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "server.app", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=PKG,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_healthy(base, proc)
+        report = validate_running_environment(base)
+        assert report["passed"], [c for c in report["criteria"] if not c["passed"]]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def wait_healthy(base: str, proc: subprocess.Popen | None = None) -> None:
+    """Waits for GET /health (the server's start: views, JetStream); a server that exits fails the test."""
+    for _ in range(600):
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"the server exited: {proc.stderr.read() if proc.stderr else ''}")
+        try:
+            if httpx.get(base + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"{base}/health never answered 200")
 
 
 # The options bubblewrap needs in a container: a user namespace (Docker's default seccomp and AppArmor profiles
@@ -160,19 +197,9 @@ BWRAP_OPTS = [
 def docker_ready() -> str | None:
     if shutil.which("docker") is None:
         return "no docker client"
-    if (
-        subprocess.run(
-            ["docker", "version"], capture_output=True, timeout=30
-        ).returncode
-        != 0
-    ):
+    if subprocess.run(["docker", "version"], capture_output=True, timeout=30).returncode != 0:
         return "no Docker engine answers"
-    if (
-        subprocess.run(
-            ["docker", "image", "inspect", HUB_IMAGE], capture_output=True, timeout=30
-        ).returncode
-        != 0
-    ):
+    if subprocess.run(["docker", "image", "inspect", HUB_IMAGE], capture_output=True, timeout=30).returncode != 0:
         return f"{HUB_IMAGE} is missing (scripts/hub-image.sh)"
     return None
 
@@ -192,22 +219,16 @@ def test_runtime_level(monkeypatch, tmp_path):
     created: list[list[str]] = []
 
     def command(argv, timeout_s, max_bytes=docker_provider._MAX_OUTPUT):
-        if (
-            argv[:2] == ["docker", "create"] and "--publish" in argv
-        ):  # the subject; helpers publish nothing
+        if argv[:2] == ["docker", "create"] and "--publish" in argv:  # the subject; helpers publish nothing
             argv = argv[:2] + BWRAP_OPTS + argv[2:]
             created.append(argv)
         return real(argv, timeout_s, max_bytes)
 
     monkeypatch.setattr(docker_provider, "_command", command)
-    report = run_validation(
-        PKG, max_level=Level.RUNTIME, artifacts_dir=tmp_path / "artifacts"
-    )
+    report = run_validation(PKG, max_level=Level.RUNTIME, artifacts_dir=tmp_path / "artifacts")
     results = {r.check_id: r for r in report.results}
     summary = {k: (r.status.value, r.evidence) for k, r in results.items()}
-    assert created and "--cap-drop" in created[0] and "--read-only" in created[0], (
-        created
-    )
+    assert created and "--cap-drop" in created[0] and "--read-only" in created[0], created
     for check in (
         "static.manifest",
         "runtime.startup",
@@ -218,9 +239,7 @@ def test_runtime_level(monkeypatch, tmp_path):
         assert results[check].status is CheckStatus.PASS, summary
     assert results["runtime.network_policy"].status is CheckStatus.SKIP, summary
     assert report.verdict in (Verdict.PASS, Verdict.WARN), summary
-    assert not any(
-        r.status in (CheckStatus.FAIL, CheckStatus.ERROR) for r in report.results
-    ), summary
+    assert not any(r.status in (CheckStatus.FAIL, CheckStatus.ERROR) for r in report.results), summary
     # The episode as the collector recorded it: the code ran in the sandbox, the wrong answer scored 0, and the
     # state answered the reset's episode_id throughout.
     trace = json.loads((tmp_path / "artifacts" / "collector-trace.json").read_text())
@@ -233,21 +252,11 @@ def test_runtime_level(monkeypatch, tmp_path):
         "state",
     ]
     run, answer = trace[2]["response_json"]["data"], trace[4]["response_json"]["data"]
-    assert (
-        run["observation"]["text"] == "2\n"
-        and run["observation"]["info"]["exec_status"] == "ok"
-        and not run["done"]
-    )
-    assert (
-        answer["done"]
-        and answer["reward"] == 0
-        and answer["observation"]["info"]["outcome"] == "incorrect"
-    )
-    assert {
-        e["response_json"]["data"]["episode_id"]
-        for e in trace
-        if e["operation"] == "state"
-    } == {"medgym-runtime-probe"}
+    assert run["observation"]["text"] == "2\n" and run["observation"]["info"]["exec_status"] == "ok" and not run["done"]
+    assert answer["done"] and answer["reward"] == 0 and answer["observation"]["info"]["outcome"] == "incorrect"
+    assert {e["response_json"]["data"]["episode_id"] for e in trace if e["operation"] == "state"} == {
+        "medgym-runtime-probe"
+    }
 
 
 def test_image_serves_openenv_at_root(tmp_path):
@@ -299,28 +308,14 @@ def test_image_serves_openenv_at_root(tmp_path):
             .rsplit(":", 1)[1]
         )
         base = f"http://127.0.0.1:{port}"
-        for _ in range(
-            600
-        ):  # the server's start: views, JetStream (a wait, bounded by the loop, not a time check)
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        wait_healthy(base)
         report = validate_running_environment(base)
         assert report["passed"], [c for c in report["criteria"] if not c["passed"]]
         assert report["mode"] == "simulation"
         with GenericEnvClient(base_url=base).sync() as env:
             r = env.reset(task_id="npowerai-anova_power-0004", episode_id="root-check")
             assert not r.done and r.observation["tools"]
-            r = env.step(
-                {
-                    "content": json.dumps(
-                        {"action": "validate_code", "params": {"code": "print(6 * 7)"}}
-                    )
-                }
-            )
+            r = env.step({"content": json.dumps({"action": "validate_code", "params": {"code": "print(6 * 7)"}})})
             assert r.observation["text"] == "42\n" and r.reward == 0 and not r.done
             assert env.state()["episode_id"] == "root-check"
     finally:

@@ -4,20 +4,26 @@ It replaces itself with the server (no Python stays in between), which serves Op
 (--openenv-root: /ws, /reset, /step, /state, /schema, /metadata, /health, /mcp) beside medgym's own /v1 API, on
 0.0.0.0:$PORT (8000, openenv.yaml's port). With MEDGYM_ENV_TOKEN or MEDGYM_ENV_TOKEN_FILE set (a Space secret) every
 session-bearing request needs that bearer token; without one it serves open (--no-token), as a public Space whose
-OpenEnv clients send none. Arguments given to it are passed on (e.g. --store s3://bucket/prefix, --max-sessions 64).
+OpenEnv clients send none. --host and --port set the address; other arguments are passed on (e.g. --max-sessions 64).
 
-    python -m server.app [medgym env serve flags]     # or: uv run server, or: server
+    python -m server.app [--port 8000] [medgym env serve flags]     # or: uv run --project . server --port 8000
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import sys
 
 
 def command(argv: list[str], environ: dict[str, str]) -> list[str]:
-    """The `medgym env serve` command line this launcher runs."""
+    """The `medgym env serve` command line this launcher runs. --host and --port (OpenEnv's `server --port 8000`)
+    make its --addr; every other argument is passed on."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--host", default=environ.get("HOST", "0.0.0.0"))
+    parser.add_argument("--port", default=environ.get("PORT", "8000"))
+    ours, rest = parser.parse_known_args(argv)
     binary = environ.get("MEDGYM_BIN") or shutil.which("medgym") or "medgym"
     state = environ.get("MEDGYM_STATE", "/tmp/medgym")
     cmd = [
@@ -25,7 +31,7 @@ def command(argv: list[str], environ: dict[str, str]) -> list[str]:
         "env",
         "serve",
         "--addr",
-        f"{environ.get('HOST', '0.0.0.0')}:{environ.get('PORT', '8000')}",
+        f"{ours.host}:{ours.port}",
         "--openenv-root",
         "--library",
         environ.get("MEDGYM_LIBRARY", "/library"),
@@ -38,7 +44,7 @@ def command(argv: list[str], environ: dict[str, str]) -> list[str]:
     ]
     if not (environ.get("MEDGYM_ENV_TOKEN") or environ.get("MEDGYM_ENV_TOKEN_FILE")):
         cmd.append("--no-token")
-    return cmd + argv
+    return cmd + rest
 
 
 def main() -> None:
