@@ -188,6 +188,8 @@ func (a *api) oeOpen(ctx context.Context, b oeReset) (oeObs, oeConn, error) {
 	return o, c, nil
 }
 
+// oeOpenSession opens the session b names a task of, or finds the one it
+// resumes.
 func (a *api) oeOpenSession(ctx context.Context, b oeReset) (oeObs, oeConn, error) {
 	if b.SessionID != "" {
 		if b.TaskID != "" || b.Options != nil || b.Seed != nil {
