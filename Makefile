@@ -11,7 +11,7 @@ TOOLS   ?= $(HOME)/.cache/medgym/bin
 export MEDGYM_TOOLS := $(TOOLS)
 SERVICES := dispatcher llm-worker sandbox-worker verifier trainer
 
-.PHONY: fhir test-fhir all setup setup-test venv build check-data lint library library-again demo test test-go test-system test-long soak test-chart test-compose test-env test-adapters test-harbor test-harbor-all test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
+.PHONY: fhir test-fhir all setup setup-test venv build check-data lint library library-again demo test test-go test-system test-long soak test-chart test-compose test-env test-adapters test-harbor test-harbor-all test-hub test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
 
 all: build
 
@@ -97,7 +97,7 @@ tidy:
 ## test: every check CI runs: gofmt, vet, go mod tidy, race tests (Docker backend included) of the
 ## packages and of the system tests, the Helm chart's render test, the compose deployment, the sandbox on
 ## cgroup v2, every reference solution, bounded fuzzing; prints each stage's time
-TEST_STAGES := setup-test library fmt vet lint tidy test-go test-fhir test-system test-env test-adapters test-harbor test-chart test-compose test-cgroup2 verify-all fuzz
+TEST_STAGES := setup-test library fmt vet lint tidy test-go test-fhir test-system test-env test-adapters test-harbor test-chart test-compose test-hub test-cgroup2 verify-all fuzz
 test:
 	@scripts/stages.sh $(TEST_STAGES)
 
@@ -128,6 +128,12 @@ test-harbor: setup-test build library
 ## test-harbor-all: test-harbor over the first test task of every dataset of the library (outside make test)
 test-harbor-all: setup-test build library
 	HARBOR_DATASETS=npowerai,biostat,clinical_ml,treqs,ehrsql2024,mimic_iii,eicu scripts/test-harbor.sh
+
+## test-hub: the OpenEnv hub package (deploy/openenv) as the hub checks it, with openenv 0.10.0's own validator:
+## static level, the layout push expects, and the runtime level against the image it builds FROM the hub image
+## (scripts/hub-image.sh, from this repository's own images; nothing pulled or pushed); see scripts/test-hub.sh
+test-hub: build library
+	scripts/test-hub.sh
 
 ## test-cgroup2: the sandbox's cgroup tests and abuse suite on a cgroup v2 kernel (a QEMU VM)
 test-cgroup2: setup-test

@@ -28,6 +28,13 @@ type Config struct {
 	// Token, when set, is the bearer token of every /v1 request (from
 	// MEDGYM_ENV_TOKEN or the file MEDGYM_ENV_TOKEN_FILE names; never a flag).
 	Token string
+	// NoToken lets a non-loopback Addr serve without a Token: anyone who
+	// reaches it may open sessions (a public hub deployment, whose
+	// clients send none). It is refused together with a Token.
+	NoToken bool
+	// OpenEnvRoot also serves the OpenEnv door at the root (/ws, /reset,
+	// /health, ...), where OpenEnv's hub and validator look for it.
+	OpenEnvRoot bool
 	// MaxSessions caps the live sessions (429 with Retry-After beyond).
 	MaxSessions int
 	// Idle: a live session untouched this long is reaped as abandoned.
@@ -103,6 +110,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet, getenv func(string) string) {
 	fs.BoolVar(&c.SystemAsUser, "system-as-user", false, "fold the system prompt into the first user message (as the llm-worker's flag)")
 	fs.IntVar(&c.Concurrency, "concurrency", 16, "observations and scores handled at once")
 	fs.DurationVar(&c.AckWait, "ack-wait", 60*time.Second, "how long a message may go unacked before another process gets it")
+	fs.BoolVar(&c.NoToken, "no-token", false, "serve a non-loopback --addr without a token: anyone who reaches it may open sessions (a public hub deployment, whose OpenEnv clients send none)")
+	fs.BoolVar(&c.OpenEnvRoot, "openenv-root", false, "also serve the OpenEnv door at / (/ws, /reset, /step, /state, /schema, /metadata, /health; /openapi.json becomes the door's, /v1's stays at /v1/openapi.json): where OpenEnv's hub and validator look for it")
 	c.Token = tokenFromEnv(getenv)
 }
 
@@ -145,8 +154,11 @@ func (c Config) Validate() error {
 	if err != nil {
 		return fmt.Errorf("env: --addr %q: %w", c.Addr, err)
 	}
-	if !loopback(host) && c.Token == "" {
-		return fmt.Errorf("env: --addr %s is not a loopback address: set a bearer token (MEDGYM_ENV_TOKEN or MEDGYM_ENV_TOKEN_FILE) first", c.Addr)
+	if c.NoToken && c.Token != "" {
+		return errors.New("env: --no-token with a token set (MEDGYM_ENV_TOKEN or MEDGYM_ENV_TOKEN_FILE): choose one")
+	}
+	if !loopback(host) && c.Token == "" && !c.NoToken {
+		return fmt.Errorf("env: --addr %s is not a loopback address: set a bearer token (MEDGYM_ENV_TOKEN or MEDGYM_ENV_TOKEN_FILE) first, or serve it open with --no-token", c.Addr)
 	}
 	if c.MaxSessions < 0 || c.Concurrency < 0 || c.MaxBody < 0 || c.MaxConns < 0 {
 		return errors.New("env: --max-sessions, --concurrency, --max-body and --max-conns must be ≥ 1 (0: the default)")
@@ -177,7 +189,7 @@ func loopback(host string) bool {
 
 // LogValue is what is logged at start (the token redacted).
 func (c Config) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("addr", c.addr()), slog.String("views", c.Views), slog.Bool("token", c.Token != ""),
+	return slog.GroupValue(slog.String("addr", c.addr()), slog.String("views", c.Views), slog.Bool("token", c.Token != ""), slog.Bool("no_token", c.NoToken), slog.Bool("openenv_root", c.OpenEnvRoot),
 		slog.Int("max_sessions", c.MaxSessions), slog.Int("max_conns", c.MaxConns), slog.Duration("idle", c.Idle), slog.String("run", c.Run), slog.String("model", c.Model), slog.String("end_on", c.EndOn))
 }
 

@@ -30,6 +30,10 @@ func TestConfigBindsLoopback(t *testing.T) {
 	if err := parse("--addr", "0.0.0.0:8420").Validate(); err == nil || !strings.Contains(err.Error(), "token") {
 		t.Fatalf("0.0.0.0 without a token: %v", err)
 	}
+	// Open on purpose (a public hub deployment): said in a flag of its own.
+	if c := parse("--addr", "0.0.0.0:8420", "--no-token"); c.Validate() != nil || !strings.Contains(c.LogValue().String(), "no_token=true") {
+		t.Fatalf("0.0.0.0 with --no-token: %v %s", c.Validate(), c.LogValue())
+	}
 	f := filepath.Join(t.TempDir(), "tok")
 	if err := os.WriteFile(f, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -41,6 +45,9 @@ func TestConfigBindsLoopback(t *testing.T) {
 	}
 	if strings.Contains(c.LogValue().String(), "s3cret") {
 		t.Fatal("the token is logged")
+	}
+	if err := parse("--addr", "0.0.0.0:8420", "--no-token").Validate(); err == nil || !strings.Contains(err.Error(), "choose one") {
+		t.Fatalf("--no-token with a token: %v", err)
 	}
 	env["MEDGYM_ENV_TOKEN_FILE"] = filepath.Join(t.TempDir(), "missing")
 	if err := parse().Validate(); err == nil {

@@ -94,7 +94,7 @@ func Run(ctx context.Context, conn *bus.Conn, cfg Config, log *slog.Logger) erro
 	}
 	ln, maxConns := limitListener(ln, cfg.MaxConns, log)
 	srv := newHTTPServer(ctx, httpapi.Handler(svc, cat, httpapi.Options{Token: cfg.Token, MaxBody: cfg.MaxBody, Log: log,
-		LongWait: cfg.StepWait + writeSlack, SocketIdle: cfg.Idle, MaxMCPSessions: cfg.MaxSessions}), cfg.ReadTimeout)
+		LongWait: cfg.StepWait + writeSlack, SocketIdle: cfg.Idle, MaxMCPSessions: cfg.MaxSessions, OpenEnvRoot: cfg.OpenEnvRoot}), cfg.ReadTimeout)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

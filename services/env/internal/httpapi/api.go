@@ -58,7 +58,14 @@ type Options struct {
 	// MaxMCPSessions caps the live MCP sessions (DefaultMaxMCPSessions);
 	// more get 429 too_many_sessions.
 	MaxMCPSessions int
-	Log            *slog.Logger
+	// OpenEnvRoot also serves the OpenEnv door at the server's root (/ws,
+	// /reset, /step, /state, /schema, /metadata, /health), where OpenEnv's
+	// hub, its validator and a client given the bare host look for it; the
+	// root's /openapi.json is then the door's, /v1's stays at
+	// /v1/openapi.json, and /mcp answers a body that is no JSON-RPC request
+	// as the door's /mcp does.
+	OpenEnvRoot bool
+	Log         *slog.Logger
 }
 
 // DefaultMaxBody is the default request body limit.
@@ -93,14 +100,21 @@ func Handler(s Sessions, cat session.Catalog, opt Options) http.Handler {
 	a.mcp = a.mcpHandler()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", a.methods(map[string]http.HandlerFunc{http.MethodGet: a.health}))
-	mux.HandleFunc("/openapi.json", a.methods(map[string]http.HandlerFunc{http.MethodGet: a.openapi}))
+	if !opt.OpenEnvRoot {
+		mux.HandleFunc("/openapi.json", a.methods(map[string]http.HandlerFunc{http.MethodGet: a.openapi}))
+	}
+	mux.HandleFunc("/v1/openapi.json", a.methods(map[string]http.HandlerFunc{http.MethodGet: a.openapi}))
 	mux.HandleFunc("/v1/tasks", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodGet: a.tasks})))
 	mux.HandleFunc("/v1/tasks/{id}/prompt", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodGet: a.prompt})))
 	mux.HandleFunc("/v1/sessions", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodPost: a.create})))
 	mux.HandleFunc("/v1/sessions/{id}", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodGet: a.get, http.MethodDelete: a.close})))
 	mux.HandleFunc("/v1/sessions/{id}/step", a.auth(a.methods(map[string]http.HandlerFunc{http.MethodPost: a.step})))
-	mux.Handle("/mcp", a.authHandler(a.mcp))
-	a.openenvRoutes(mux)
+	a.openenvRoutes(mux, OpenEnvPrefix)
+	if opt.OpenEnvRoot {
+		a.openenvRoutes(mux, "")
+	} else {
+		mux.Handle("/mcp", a.authHandler(a.mcp))
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if (strings.HasPrefix(r.URL.Path, "/v1/") || strings.HasPrefix(r.URL.Path, OpenEnvPrefix+"/")) && !a.authorized(r) {
 			a.unauthorized(w)

@@ -110,7 +110,9 @@ func TestOpenEnvSocket(t *testing.T) {
 		{"unknown field", `{"type":"reset","data":{"task_id":"t-1"},"extra":1}`, websocket.MessageText, "error", "INVALID_JSON", ""},
 		{"reset without task", `{"type":"reset","data":{}}`, websocket.MessageText, "error", "VALIDATION_ERROR", "bad_request"},
 		{"reset of an unknown task", `{"type":"reset","data":{"task_id":"nope"}}`, websocket.MessageText, "error", "SESSION_ERROR", "unknown_task"},
-		{"custom episode id", `{"type":"reset","data":{"task_id":"t-1","episode_id":"mine"}}`, websocket.MessageText, "error", "VALIDATION_ERROR", "bad_request"},
+		{"empty episode id", `{"type":"reset","data":{"task_id":"t-1","episode_id":""}}`, websocket.MessageText, "error", "VALIDATION_ERROR", "bad_request"},
+		{"episode id over 128 characters", `{"type":"reset","data":{"task_id":"t-1","episode_id":"` + strings.Repeat("e", 129) + `"}}`, websocket.MessageText, "error", "VALIDATION_ERROR", "bad_request"},
+		{"episode id with a control character", `{"type":"reset","data":{"task_id":"t-1","episode_id":"a\nb"}}`, websocket.MessageText, "error", "VALIDATION_ERROR", "bad_request"},
 		{"forged session id", `{"type":"reset","data":{"session_id":"0123456789abcdef0123456789abcdef"}}`, websocket.MessageText, "error", "SESSION_ERROR", "unknown_session"},
 		{"full", `{"type":"reset","data":{"task_id":"t-1","options":{"run_id":"full"}}}`, websocket.MessageText, "error", "CAPACITY_REACHED", "too_many_sessions"},
 		{"reset", `{"type":"reset","data":{"task_id":"t-1","seed":3}}`, websocket.MessageText, "observation", "", ""},
@@ -501,5 +503,131 @@ func TestOpenEnvSocketPingsDuringAStep(t *testing.T) {
 	close(f.release)
 	if b := <-answer; !strings.Contains(string(b), `"type":"observation"`) {
 		t.Fatalf("the step's answer: %s", b)
+	}
+}
+
+// TestOpenEnvEpisodeID: a WebSocket reset may name its episode (OpenEnv's
+// episode_id, as its validator's runtime check sends): the reset's
+// metadata and the connection's state answer that name, medgym's own id
+// beside it as medgym_episode_id, and step_count counts the steps; a
+// reset without one keeps medgym's. HTTP has no connection to hold the
+// name: its reset refuses one.
+func TestOpenEnvEpisodeID(t *testing.T) {
+	srv := doorServer(t, httpapi.Options{})
+	ws := dial(t, srv, "")
+	type state struct {
+		EpisodeID       string `json:"episode_id"`
+		MedgymEpisodeID string `json:"medgym_episode_id"`
+		StepCount       int    `json:"step_count"`
+		SessionID       string `json:"session_id"`
+	}
+	getState := func() state {
+		r, err := send(t, ws, websocket.MessageText, `{"type":"state"}`)
+		if err != nil || r.Type != "state" {
+			t.Fatalf("state: %v %s %s", err, r.Type, r.Data)
+		}
+		var st state
+		if err := json.Unmarshal(r.Data, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	r, err := send(t, ws, websocket.MessageText, `{"type":"reset","data":{"task_id":"t-1","seed":7,"episode_id":"probe-1"}}`)
+	if err != nil || r.Type != "observation" {
+		t.Fatalf("reset: %v %s %s", err, r.Type, r.Data)
+	}
+	var o struct {
+		Observation struct {
+			Metadata map[string]any `json:"metadata"`
+		} `json:"observation"`
+	}
+	_ = json.Unmarshal(r.Data, &o)
+	if o.Observation.Metadata["episode_id"] != "probe-1" || o.Observation.Metadata["medgym_episode_id"] != "e" {
+		t.Errorf("reset metadata: %s", r.Data)
+	}
+	if st := getState(); st != (state{EpisodeID: "probe-1", MedgymEpisodeID: "e", StepCount: 0, SessionID: "s1"}) {
+		t.Errorf("state after reset: %+v", st)
+	}
+	if r, err := send(t, ws, websocket.MessageText, `{"type":"step","data":{"content":"print(1)"}}`); err != nil || r.Type != "observation" {
+		t.Fatalf("step: %v %s", err, r.Data)
+	}
+	if st := getState(); st.EpisodeID != "probe-1" || st.MedgymEpisodeID != "e" {
+		t.Errorf("state after a step: %+v", st)
+	}
+	// A reset that names none: medgym's id, and no medgym_episode_id.
+	if r, err := send(t, ws, websocket.MessageText, `{"type":"reset","data":{"task_id":"t-1"}}`); err != nil || r.Type != "observation" {
+		t.Fatalf("second reset: %v %s", err, r.Data)
+	}
+	if st := getState(); st.EpisodeID != "e" || st.MedgymEpisodeID != "" {
+		t.Errorf("state of a reset without episode_id: %+v", st)
+	}
+	if code, b := do(t, "POST", srv.URL+"/openenv/reset", `{"task_id":"t-1","episode_id":"probe-1"}`); code != 400 || !strings.Contains(string(b), "episode_id") {
+		t.Errorf("HTTP reset with episode_id: %d %s", code, b)
+	}
+}
+
+// TestOpenEnvAtRoot: with OpenEnvRoot the door also answers at the root,
+// where OpenEnv's hub, its validator and a client given the bare host look
+// for it (/health, /schema, /metadata, /ws, /reset, /openapi.json the
+// door's, /mcp answering {} with a JSON-RPC error); /v1 and the door under
+// /openenv are unchanged, /v1's document moves to /v1/openapi.json, and
+// the token still guards every session-bearing path. Without the option
+// the root has none of it.
+func TestOpenEnvAtRoot(t *testing.T) {
+	open := func(srv *httptest.Server, path string) (int, []byte) {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	root := doorServer(t, httpapi.Options{OpenEnvRoot: true})
+	for _, c := range []struct{ path, has string }{
+		{"/health", `"healthy"`}, {"/openenv/health", `"healthy"`}, {"/metadata", `"description"`},
+		{"/schema", `"observation"`}, {"/openapi.json", `"/reset"`}, {"/v1/openapi.json", `"/v1/sessions"`},
+		{"/healthz", ""},
+	} {
+		if code, b := open(root, c.path); code != 200 || !strings.Contains(string(b), c.has) {
+			t.Errorf("root mode, GET %s without a token: %d %.200s", c.path, code, b)
+		}
+	}
+	for _, c := range []struct{ method, path string }{{"POST", "/reset"}, {"POST", "/step"}, {"GET", "/state"}, {"GET", "/ws"}, {"POST", "/mcp"}, {"POST", "/v1/sessions"}} {
+		req, _ := http.NewRequest(c.method, root.URL+c.path, strings.NewReader(`{}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("root mode, %s %s without the token: %d", c.method, c.path, resp.StatusCode)
+		}
+	}
+	if code, b := do(t, "POST", root.URL+"/reset", `{"task_id":"t-1"}`); code != 200 || !strings.Contains(string(b), `"session_id":"s1"`) {
+		t.Errorf("root mode, POST /reset: %d %s", code, b)
+	}
+	if code, b := do(t, "POST", root.URL+"/mcp", `{}`, "Content-Type", "application/json", "Accept", "application/json, text/event-stream"); code != 200 || !strings.Contains(string(b), `"jsonrpc"`) {
+		t.Errorf("root mode, POST /mcp {}: %d %s", code, b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(root.URL, "http")+"/ws", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer tok"}}})
+	if err != nil {
+		t.Fatalf("root mode, dial /ws: %v", err)
+	}
+	defer ws.CloseNow()
+	if r, err := send(t, ws, websocket.MessageText, `{"type":"reset","data":{"task_id":"t-1"}}`); err != nil || r.Type != "observation" {
+		t.Fatalf("root mode, reset over /ws: %v %s", err, r.Data)
+	}
+
+	plain := doorServer(t, httpapi.Options{})
+	for _, path := range []string{"/health", "/schema", "/metadata"} {
+		if code, _ := open(plain, path); code != 404 {
+			t.Errorf("default mode, GET %s: %d, want 404", path, code)
+		}
+	}
+	if code, b := open(plain, "/openapi.json"); code != 200 || !strings.Contains(string(b), `"/v1/sessions"`) {
+		t.Errorf("default mode, /openapi.json is not /v1's: %d %.200s", code, b)
 	}
 }

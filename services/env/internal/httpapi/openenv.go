@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/coder/websocket"
@@ -54,8 +55,10 @@ type oeReset struct {
 	Options   *session.Options `json:"options"`
 	Seed      *int64           `json:"seed"`
 	SessionID string           `json:"session_id"`
-	// EpisodeID is OpenEnv's custom episode id: refused (medgym names its
-	// episodes), not ignored.
+	// EpisodeID is OpenEnv's custom episode id: over a WebSocket, the
+	// connection's name for the episode (its state answers it; medgym's own
+	// id is medgym_episode_id); over HTTP, which has no connection to hold
+	// it, refused (not ignored).
 	EpisodeID *string `json:"episode_id"`
 }
 
@@ -98,18 +101,29 @@ type oeObsFields struct {
 // step_count.
 type oeState struct {
 	StepCount int `json:"step_count"`
+	// EpisodeID is the reset's episode_id where the connection's reset
+	// named one, else medgym's (statusBody's, which this shadows).
+	EpisodeID string `json:"episode_id"`
+	// MedgymEpisodeID is medgym's episode id when EpisodeID is the client's.
+	MedgymEpisodeID string `json:"medgym_episode_id,omitempty"`
 	statusBody
 }
+
+// maxEpisodeLabel bounds a client's episode_id (as OpenEnv's validator).
+const maxEpisodeLabel = 128
 
 // oeConn is where one OpenEnv client stands: its session and next turn.
 type oeConn struct {
 	id   string
 	next int
 	done bool
+	// label is the episode_id the reset named (empty: none).
+	label string
 }
 
-func (a *api) openenvRoutes(mux *http.ServeMux) {
-	p := OpenEnvPrefix
+// openenvRoutes serves the door under p (OpenEnvPrefix, or "" for the
+// root).
+func (a *api) openenvRoutes(mux *http.ServeMux, p string) {
 	mux.HandleFunc(p+"/health", a.methods(map[string]http.HandlerFunc{http.MethodGet: func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "healthy"})
 	}}))
@@ -157,9 +171,26 @@ func (a *api) oeSchema(w http.ResponseWriter, _ *http.Request) {
 
 // oeOpen opens the session a reset asks for, or finds the one it resumes.
 func (a *api) oeOpen(ctx context.Context, b oeReset) (oeObs, oeConn, error) {
+	var label string
 	if b.EpisodeID != nil {
-		return oeObs{}, oeConn{}, fmt.Errorf("%w: episode_id: medgym names its episodes (a session's state has its episode_id); to resume a session give session_id", session.ErrInvalid)
+		label = *b.EpisodeID
+		if label == "" || utf8.RuneCountInString(label) > maxEpisodeLabel || strings.ContainsFunc(label, unicode.IsControl) {
+			return oeObs{}, oeConn{}, fmt.Errorf("%w: episode_id: 1 to %d characters, no control characters", session.ErrInvalid, maxEpisodeLabel)
+		}
 	}
+	o, c, err := a.oeOpenSession(ctx, b)
+	if err != nil || label == "" {
+		return o, c, err
+	}
+	c.label = label
+	o.Observation.Metadata["medgym_episode_id"] = o.Observation.Metadata["episode_id"]
+	o.Observation.Metadata["episode_id"] = label
+	return o, c, nil
+}
+
+// oeOpenSession opens the session b names a task of, or finds the one it
+// resumes.
+func (a *api) oeOpenSession(ctx context.Context, b oeReset) (oeObs, oeConn, error) {
 	if b.SessionID != "" {
 		if b.TaskID != "" || b.Options != nil || b.Seed != nil {
 			return oeObs{}, oeConn{}, fmt.Errorf("%w: give session_id (resume) or task_id (a new session), not both", session.ErrInvalid)
@@ -261,12 +292,19 @@ func (b stepBody) request(turn int) (session.StepRequest, error) {
 	return sr, nil
 }
 
-func (a *api) oeState(ctx context.Context, id string) (oeState, error) {
-	s, err := a.s.Get(ctx, id)
+// oeState is where c's session stands, under the episode_id c's reset
+// named, if any.
+func (a *api) oeState(ctx context.Context, c oeConn) (oeState, error) {
+	s, err := a.s.Get(ctx, c.id)
 	if err != nil {
 		return oeState{}, err
 	}
-	return oeState{StepCount: len(s.Steps), statusBody: statusOf(s)}, nil
+	st := oeState{StepCount: len(s.Steps), statusBody: statusOf(s)}
+	st.EpisodeID = st.statusBody.EpisodeID
+	if c.label != "" {
+		st.EpisodeID, st.MedgymEpisodeID = c.label, st.statusBody.EpisodeID
+	}
+	return st, nil
 }
 
 // --- HTTP: stateless requests naming their session ---
@@ -274,6 +312,11 @@ func (a *api) oeState(ctx context.Context, id string) (oeState, error) {
 func (a *api) oeHTTPReset(w http.ResponseWriter, r *http.Request) {
 	var b oeReset
 	if r.ContentLength != 0 && !a.decode(w, r, &b) {
+		return
+	}
+	if b.EpisodeID != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", "episode_id: over HTTP medgym names its episodes (the state's episode_id); "+
+			"a WebSocket reset may name its own, which that connection's state answers")
 		return
 	}
 	o, _, err := a.oeOpen(r.Context(), b)
@@ -336,7 +379,7 @@ func (a *api) oeHTTPState(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", "query parameter session_id is required (over the WebSocket, state needs none)")
 		return
 	}
-	st, err := a.oeState(r.Context(), id)
+	st, err := a.oeState(r.Context(), oeConn{id: id})
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -481,7 +524,7 @@ func (a *api) oeHandle(r *http.Request, cur *oeConn, data []byte, set func(*oeCo
 		if cur == nil {
 			return oeErr(oeSessionError, "no session on this connection: send reset first"), false
 		}
-		st, err := a.oeState(ctx, cur.id)
+		st, err := a.oeState(ctx, *cur)
 		if err != nil {
 			return a.oeError(r, err), false
 		}

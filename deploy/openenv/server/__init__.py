@@ -1,0 +1,1 @@
+"""The launcher of `medgym env serve` (app.py)."""
