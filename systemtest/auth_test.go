@@ -136,7 +136,7 @@ func startDeployNATS(t *testing.T, withNKeys bool) (string, map[string]bus.Auth)
 
 func connectAs(t *testing.T, ctx context.Context, url, user string, auth bus.Auth, log *slog.Logger) *bus.Conn {
 	t.Helper()
-	opts := []bus.ConnectOption{bus.WithAuth(auth)}
+	opts := []bus.ConnectOption{bus.WithAuth(auth), bus.WithRole(user)}
 	if slices.Contains(schemas.BlobWriters, user) {
 		opts = append(opts, bus.WithBlobService(user)) // as the service: its own blob store
 	}

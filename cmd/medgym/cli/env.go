@@ -180,7 +180,7 @@ func cmdEnvServe(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		opts = append(opts, bus.WithAuth(auth), bus.WithTLS(f.NATSTLS), bus.WithProvision(f.Provision), bus.WithBlobService(env.Binary.Name))
+		opts = append(opts, bus.WithAuth(auth), bus.WithTLS(f.NATSTLS), bus.WithProvision(f.Provision), bus.WithBlobService(env.Binary.Name), bus.WithRole(env.Binary.Name))
 	}
 	conn, err := bus.Connect(ctx, url, "medgym-env", log, opts...)
 	if err != nil {

@@ -1,0 +1,137 @@
+package systemtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/bus/bustest"
+	"github.com/medgym/medgym/schemas"
+)
+
+// TestDeployNATSInboxes runs nats-server with deploy/nats's config and has
+// the client user listen for other users' replies while the dispatcher
+// reads: a key (a direct get's answer), the keys of its bucket (an ordered
+// push consumer's deliveries) and a blob the verifier wrote (its meta and
+// its chunks). Every answer travels to an inbox in MEDGYM_USERS, under the
+// requester's prefix (_INBOX.<user>.); the client may subscribe to its own
+// only: every inbox, every subject, any user's by wildcard or the
+// dispatcher's by name are refused, and so is the client that takes the
+// dispatcher's prefix for its own inboxes. Nothing of the dispatcher's
+// reaches the client, while the services' own requests, pull deliveries
+// and ordered consumers work.
+func TestDeployNATSInboxes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	url, pw := startDeployNATS(t, false)
+	log := slog.New(slog.NewTextHandler(&syncBuffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	conns := provisionAndConnect(t, ctx, url, pw, log, "dispatcher", "verifier")
+	client, err := bustest.DialRaw(url, "client", pw["client"].Password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+
+	// The impostor: the client's user with the dispatcher's inbox prefix.
+	impostor, err := bustest.DialRawInbox(url, "client", pw["client"].Password, bus.InboxPrefix("dispatcher"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(impostor.Close)
+
+	const marker = "secret-7f3a"
+	var captures []func() []string
+	listen := func(nc *bustest.Raw, subjects ...string) {
+		t.Helper()
+		for _, subject := range subjects {
+			got, err := nc.Capture(subject)
+			if err != nil {
+				t.Fatalf("subscribe %s: %v", subject, err)
+			}
+			captures = append(captures, got)
+			if err := refusal(nc, subject); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	listen(client, "_INBOX.>", ">", "_INBOX.*.>", "_INBOX.dispatcher.>", "_INBOX.*.*.*", "_INBOX.*.*.*.*", "_INBOX.dispatcher.*.*")
+	listen(impostor, bus.InboxPrefix("dispatcher")+".*.*")
+	// Its request subscribes to an inbox under the prefix first: refused,
+	// so the answer finds no one; closing the connection ends the wait.
+	answered := make(chan error, 1)
+	go func() {
+		_, err := impostor.Request("$JS.API.INFO", nil, time.Minute)
+		answered <- err
+	}()
+	if err := refusalUnder(impostor, bus.InboxPrefix("dispatcher")+"."); err != nil {
+		t.Fatal(err)
+	}
+	impostor.Close()
+	if err := <-answered; err == nil {
+		t.Fatal("a client with the dispatcher's inbox prefix was answered")
+	}
+
+	done, err := bus.OpenBucket[[]byte](ctx, conns["dispatcher"], schemas.BucketCompletions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := done.Put(ctx, "run-"+marker, []byte("bitmap "+marker)); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, err := done.Get(ctx, "run-"+marker); err != nil || !bytes.Contains(v, []byte(marker)) {
+		t.Fatalf("the dispatcher's own key: %q, %v", v, err)
+	}
+	if keys, err := done.Keys(ctx); err != nil || len(keys) == 0 {
+		t.Fatalf("the dispatcher's keys: %v, %v", keys, err)
+	}
+	blob := bytes.Repeat([]byte(marker+" "), 1<<17)
+	if err := conns["verifier"].PutBlob(ctx, "inbox-"+marker, blob); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := conns["dispatcher"].GetBlobIn(ctx, conns["verifier"].BlobBucket(), "inbox-"+marker); err != nil || !bytes.Equal(b, blob) {
+		t.Fatalf("the dispatcher's blob read: %v (%d bytes of %d)", err, len(b), len(blob))
+	}
+
+	// The client's own request, answered after all of the above: what was
+	// sent to the client before it has been read.
+	if _, err := client.Request("$JS.API.INFO", nil, 10*time.Second); err != nil {
+		t.Fatalf("the client's own request: %v", err)
+	}
+	for _, got := range captures {
+		for _, m := range got() {
+			if strings.Contains(m, marker) {
+				t.Fatalf("the client read the dispatcher's traffic: %.200s", m)
+			}
+		}
+	}
+}
+
+// refusal waits for the server's refusal of a subscription to subject on
+// nc (a permissions violation arrives asynchronously).
+func refusal(nc *bustest.Raw, subject string) error {
+	return refusalOf(nc, fmt.Sprintf("subscription to %q", subject))
+}
+
+// refusalUnder waits for the refusal of a subscription to a subject that
+// begins with prefix.
+func refusalUnder(nc *bustest.Raw, prefix string) error {
+	return refusalOf(nc, fmt.Sprintf("subscription to %q", prefix)[:len("subscription to \"")+len(prefix)])
+}
+
+func refusalOf(nc *bustest.Raw, want string) error {
+	for {
+		select {
+		case err := <-nc.Errors():
+			if strings.Contains(strings.ToLower(err.Error()), strings.ToLower(want)) {
+				return nil
+			}
+		case <-time.After(10 * time.Second):
+			return fmt.Errorf("the server did not refuse a %s", want)
+		}
+	}
+}
