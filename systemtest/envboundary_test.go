@@ -279,3 +279,40 @@ func TestEnvSessionsKeepOutOfStoredRuns(t *testing.T) {
 	}
 	checkContract(t, chk, "")
 }
+
+// TestEnvServeNATSKeepsOutOfStoredRuns: `medgym env serve --nats` looked
+// only in MEDGYM_RUNS for a session's run, so with JetStream that does not
+// know a run the store holds (another deployment's, or one whose record
+// expired) a session added rows to it. With --store given, a session
+// naming the stored run is refused (409 run_exists), a new run id is not,
+// and the stored run keeps its row.
+func TestEnvServeNATSKeepsOutOfStoredRuns(t *testing.T) {
+	lib := canaryLibrary(t, "MEDGYM-CANARY-natsruns")
+	dir := t.TempDir()
+	ctx := context.Background()
+	st, err := store.Open(ctx, filepath.Join(dir, "store"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := parquet.Row{RunID: "eval-1", EpisodeID: schemas.EpisodeID("eval-1", "eicu-canary-0", 0), Dataset: "eicu",
+		TaskID: "eicu-canary-0", Outcome: "correct", Reward: 1}
+	if _, err := st.Write(ctx, []parquet.Row{held}); err != nil {
+		t.Fatal(err)
+	}
+	p := startEnv(t, lib, dir, "--nats", bustest.StartJetStream(t))
+	chk, err := apitest.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newAPIClient(t, chk, p.url)
+	out := c.must(409, "POST", "/v1/sessions", map[string]any{"task_id": "eicu-canary-0", "options": map[string]any{"run_id": "eval-1"}})
+	if msg, _ := out["error"].(map[string]any)["message"].(string); errCode(out) != "run_exists" || !strings.Contains(msg, "eval-1") {
+		t.Errorf("a session of the stored run: %v", out)
+	}
+	c.must(201, "POST", "/v1/sessions", map[string]any{"task_id": "eicu-canary-0", "options": map[string]any{"run_id": "env-new"}})
+	p.stop(t)
+	if rows := readRun(t, ctx, filepath.Join(dir, "store"), "eval-1"); len(rows) != 1 || rows[0].Outcome != "correct" {
+		t.Errorf("the stored run changed: %+v", rows)
+	}
+	checkContract(t, chk, "")
+}
