@@ -285,7 +285,8 @@ func TestEnvSessionsKeepOutOfStoredRuns(t *testing.T) {
 // know a run the store holds (another deployment's, or one whose record
 // expired) a session added rows to it. With --store given, a session
 // naming the stored run is refused (409 run_exists), a new run id is not,
-// and the stored run keeps its row.
+// sessions naming none move aside from the stored env-<date>, and the
+// stored runs keep their rows.
 func TestEnvServeNATSKeepsOutOfStoredRuns(t *testing.T) {
 	lib := canaryLibrary(t, "MEDGYM-CANARY-natsruns")
 	dir := t.TempDir()
@@ -294,9 +295,13 @@ func TestEnvServeNATSKeepsOutOfStoredRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := parquet.Row{RunID: "eval-1", EpisodeID: schemas.EpisodeID("eval-1", "eicu-canary-0", 0), Dataset: "eicu",
-		TaskID: "eicu-canary-0", Outcome: "correct", Reward: 1}
-	if _, err := st.Write(ctx, []parquet.Row{held}); err != nil {
+	today := "env-" + time.Now().UTC().Format("20060102")
+	var held []parquet.Row
+	for _, run := range []string{"eval-1", today} {
+		held = append(held, parquet.Row{RunID: run, EpisodeID: schemas.EpisodeID(run, "eicu-canary-0", 0), Dataset: "eicu",
+			TaskID: "eicu-canary-0", Outcome: "correct", Reward: 1})
+	}
+	if _, err := st.Write(ctx, held); err != nil {
 		t.Fatal(err)
 	}
 	p := startEnv(t, lib, dir, "--nats", bustest.StartJetStream(t))
@@ -310,9 +315,15 @@ func TestEnvServeNATSKeepsOutOfStoredRuns(t *testing.T) {
 		t.Errorf("a session of the stored run: %v", out)
 	}
 	c.must(201, "POST", "/v1/sessions", map[string]any{"task_id": "eicu-canary-0", "options": map[string]any{"run_id": "env-new"}})
+	def := c.must(201, "POST", "/v1/sessions", map[string]any{"task_id": "eicu-canary-0"})
+	if run, _ := def["run_id"].(string); !strings.HasPrefix(run, today+"-") {
+		t.Errorf("the default run is %q, want %s-<time> (the store holds %s)", run, today, today)
+	}
 	p.stop(t)
-	if rows := readRun(t, ctx, filepath.Join(dir, "store"), "eval-1"); len(rows) != 1 || rows[0].Outcome != "correct" {
-		t.Errorf("the stored run changed: %+v", rows)
+	for _, run := range []string{"eval-1", today} {
+		if rows := readRun(t, ctx, filepath.Join(dir, "store"), run); len(rows) != 1 || rows[0].Outcome != "correct" {
+			t.Errorf("stored run %s changed: %+v", run, rows)
+		}
 	}
 	checkContract(t, chk, "")
 }
