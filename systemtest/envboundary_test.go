@@ -220,19 +220,12 @@ func slowClient(ctx context.Context, addr string, body bool) {
 	}
 }
 
-// TestEnvSessionsKeepOutOfStoredRuns: an env server on a fresh state over
-// a store that holds runs (an evaluation run, and a run named as the
-// server's default run of the day) used to add sessions to them, a
-// colliding episode id silently keeping the old row. Now a session naming
-// the stored run is refused (409 run_exists), sessions naming none go to a
-// default run of their own, a new run id works, and the stored runs keep
-// exactly their rows.
-func TestEnvSessionsKeepOutOfStoredRuns(t *testing.T) {
-	needSandbox(t)
-	lib := canaryLibrary(t, "MEDGYM-CANARY-runs")
-	dir := t.TempDir()
-	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(dir, "store"), store.Options{})
+// storeHeldRuns writes a correct row of eicu-canary-0 for the runs eval-1
+// (an evaluation) and env-<today> (the env server's default run of the
+// day) into the store at dir, and returns env-<today>.
+func storeHeldRuns(t *testing.T, ctx context.Context, dir string) string {
+	t.Helper()
+	st, err := store.Open(ctx, dir, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,6 +238,22 @@ func TestEnvSessionsKeepOutOfStoredRuns(t *testing.T) {
 	if _, err := st.Write(ctx, held); err != nil {
 		t.Fatal(err)
 	}
+	return today
+}
+
+// TestEnvSessionsKeepOutOfStoredRuns: an env server on a fresh state over
+// a store that holds runs (an evaluation run, and a run named as the
+// server's default run of the day) used to add sessions to them, a
+// colliding episode id silently keeping the old row. Now a session naming
+// the stored run is refused (409 run_exists), sessions naming none go to a
+// default run of their own, a new run id works, and the stored runs keep
+// exactly their rows.
+func TestEnvSessionsKeepOutOfStoredRuns(t *testing.T) {
+	needSandbox(t)
+	lib := canaryLibrary(t, "MEDGYM-CANARY-runs")
+	dir := t.TempDir()
+	ctx := context.Background()
+	today := storeHeldRuns(t, ctx, filepath.Join(dir, "store"))
 	p := startEnv(t, lib, dir)
 	chk, err := apitest.New(nil)
 	if err != nil {
@@ -291,19 +300,7 @@ func TestEnvServeNATSKeepsOutOfStoredRuns(t *testing.T) {
 	lib := canaryLibrary(t, "MEDGYM-CANARY-natsruns")
 	dir := t.TempDir()
 	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(dir, "store"), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	today := "env-" + time.Now().UTC().Format("20060102")
-	var held []parquet.Row
-	for _, run := range []string{"eval-1", today} {
-		held = append(held, parquet.Row{RunID: run, EpisodeID: schemas.EpisodeID(run, "eicu-canary-0", 0), Dataset: "eicu",
-			TaskID: "eicu-canary-0", Outcome: "correct", Reward: 1})
-	}
-	if _, err := st.Write(ctx, held); err != nil {
-		t.Fatal(err)
-	}
+	today := storeHeldRuns(t, ctx, filepath.Join(dir, "store"))
 	p := startEnv(t, lib, dir, "--nats", bustest.StartJetStream(t))
 	chk, err := apitest.New(nil)
 	if err != nil {
