@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -133,5 +134,71 @@ func refusalOf(nc *bustest.Raw, want string) error {
 		case <-time.After(10 * time.Second):
 			return fmt.Errorf("the server did not refuse a %s", want)
 		}
+	}
+}
+
+// TestDeployNATSInboxesPerUser: the deploy config with a second client
+// user, alice, added as deploy/nats's comments say (a copy of CLIENT whose
+// subscribe permission names her own prefix). Her inboxes are
+// _INBOX.alice., the client's _INBOX.client.: each reads its own answers
+// (a medgym connection as alice verifies the streams), and neither may
+// listen under the other's prefix nor receives the other's answers.
+func TestDeployNATSInboxesPerUser(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	edit := func(file, text string) string {
+		switch file {
+		case "auth.conf":
+			client := regexp.MustCompile(`(?m)^(\s*)\{ user: client,.*$`)
+			if !client.MatchString(text) {
+				t.Fatal("deploy/nats/auth.conf has no client user to add alice beside")
+			}
+			return client.ReplaceAllString(text, "$0\n${1}{ user: alice, password: $$MEDGYM_NATS_PASSWORD_ALICE, permissions: $$ALICE }")
+		case "permissions.conf":
+			block := regexp.MustCompile(`(?s)\nCLIENT = \{.*?\n\}\n`).FindString(text)
+			if !strings.Contains(block, `"_INBOX.client.>"`) {
+				t.Fatalf("deploy/nats/permissions.conf's CLIENT does not subscribe to _INBOX.client.>: %q", block)
+			}
+			alice := strings.Replace(strings.Replace(block, "CLIENT = {", "ALICE = {", 1), `"_INBOX.client.>"`, `"_INBOX.alice.>"`, 1)
+			return text + alice
+		}
+		return text
+	}
+	url, pw := startDeployNATSEdited(t, false, edit, map[string]string{"alice": "MEDGYM_NATS_PASSWORD_ALICE"})
+	log := slog.New(slog.NewTextHandler(&syncBuffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	provisionAndConnect(t, ctx, url, pw, log)
+	raws := map[string]*bustest.Raw{}
+	for _, u := range []string{"client", "alice"} {
+		nc, err := bustest.DialRaw(url, u, pw[u].Password)
+		if err != nil {
+			t.Fatalf("%s: %v", u, err)
+		}
+		t.Cleanup(nc.Close)
+		raws[u] = nc
+	}
+	for user, other := range map[string]string{"client": "alice", "alice": "client"} {
+		got, err := raws[user].Capture(bus.InboxPrefix(other) + ".>")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := refusal(raws[user], bus.InboxPrefix(other)+".>"); err != nil {
+			t.Fatalf("%s: %v", user, err)
+		}
+		// The other's request, then the user's own: the user has read all
+		// that was sent to it before its own answer.
+		if _, err := raws[other].Request("$JS.API.STREAM.INFO."+schemas.StreamScores, nil, 10*time.Second); err != nil {
+			t.Fatalf("%s's own request: %v", other, err)
+		}
+		if _, err := raws[user].Request("$JS.API.INFO", nil, 10*time.Second); err != nil {
+			t.Fatalf("%s's own request: %v", user, err)
+		}
+		if m := got(); len(m) != 0 {
+			t.Fatalf("%s read %s's answers: %.200q", user, other, m)
+		}
+	}
+	// alice's medgym connection: its requests are answered under her prefix.
+	conn := connectAs(t, ctx, url, "alice", pw["alice"], log)
+	if err := bus.PrepareStreams(ctx, conn, bus.StreamOptions{}); err != nil {
+		t.Fatalf("alice: verify streams: %v", err)
 	}
 }
