@@ -18,8 +18,8 @@ import (
 // TestDeployNATSInboxes runs nats-server with deploy/nats's config and has
 // the client user listen for other users' replies while the dispatcher
 // reads: a key (a direct get's answer), the keys of its bucket (an ordered
-// push consumer's deliveries) and a blob the verifier wrote (its meta and
-// its chunks). Every answer travels to an inbox in MEDGYM_USERS, under the
+// push consumer's deliveries), a blob the verifier wrote (its meta and its
+// chunks) and a score from its durable (a pull delivery). Every answer travels to an inbox in MEDGYM_USERS, under the
 // requester's prefix (_INBOX.<user>.); the client may subscribe to its own
 // only: every inbox, every subject, any user's by wildcard or the
 // dispatcher's by name are refused, and so is the client that takes the
@@ -96,6 +96,21 @@ func TestDeployNATSInboxes(t *testing.T) {
 	}
 	if b, err := conns["dispatcher"].GetBlobIn(ctx, conns["verifier"].BlobBucket(), "inbox-"+marker); err != nil || !bytes.Equal(b, blob) {
 		t.Fatalf("the dispatcher's blob read: %v (%d bytes of %d)", err, len(b), len(blob))
+	}
+
+	// A pull delivery: a score the verifier published, fetched from the
+	// dispatcher's durable by a pull request of the dispatcher's.
+	run := "r-" + marker
+	if err := conns["verifier"].Publish(ctx, schemas.EpisodeScored.For(run), "s-"+marker, schemas.Score{RunID: run, EpisodeID: run + "--e1", Outcome: schemas.OutcomeIncorrect}); err != nil {
+		t.Fatal(err)
+	}
+	puller, err := bustest.DialRaw(url, "dispatcher", pw["dispatcher"].Password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(puller.Close)
+	if m, err := puller.Request("$JS.API.CONSUMER.MSG.NEXT."+schemas.StreamScores+"."+schemas.DurableDispatcherScores, []byte(`{"batch":1}`), 10*time.Second); err != nil || !bytes.Contains(m, []byte(marker)) {
+		t.Fatalf("the dispatcher's pull: %q, %v", m, err)
 	}
 
 	// The client's own request, answered after all of the above: what was
