@@ -217,3 +217,39 @@ func TestDeployNATSInboxesPerUser(t *testing.T) {
 		t.Fatalf("alice: verify streams: %v", err)
 	}
 }
+
+// TestDeployNATSDeadLettersUnderOwnInbox: the max-deliveries advisory
+// still reaches the dispatcher (a stream import), which reads the message
+// it names and dead-letters it, its requests answered under its prefix.
+// The durable, the fetches and the naks are admin's.
+func TestDeployNATSDeadLettersUnderOwnInbox(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url, pw := startDeployNATS(t, false)
+	log := slog.New(slog.NewTextHandler(&syncBuffer{}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	conns := provisionAndConnect(t, ctx, url, pw, log, "dispatcher", "verifier")
+	stop, err := bus.WatchMaxDeliveries(ctx, conns["dispatcher"], log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	cons, err := bus.EnsureConsumer(ctx, conns["admin"], bus.ConsumerOptions{Stream: schemas.StreamScores, Durable: "giveup",
+		Subject: schemas.EpisodeScored, MaxDeliver: 2, AckWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := streamMsgsOf(t, ctx, conns["admin"], schemas.StreamDeadLetter)
+	if err := conns["verifier"].Publish(ctx, schemas.EpisodeScored.For("r1"), "giveup-e1", schemas.Score{RunID: "r1", EpisodeID: "r1--e1", Outcome: schemas.OutcomeIncorrect}); err != nil {
+		t.Fatal(err)
+	}
+	if err := bustest.NakUntilGivenUp(cons, 2); err != nil {
+		t.Fatal(err)
+	}
+	for streamMsgsOf(t, ctx, conns["admin"], schemas.StreamDeadLetter) == before {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the dispatcher dead-lettered nothing after the max-deliveries advisory")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
