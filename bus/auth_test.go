@@ -2,12 +2,14 @@ package bus_test
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/medgym/medgym/bus"
+	"github.com/medgym/medgym/bus/bustest"
 )
 
 func TestAuthFromEnv(t *testing.T) {
@@ -57,6 +59,40 @@ func TestOrderedCleanupRefusal(t *testing.T) {
 	} {
 		if got := bus.IsOrderedCleanup(errors.New(err)); got != want {
 			t.Errorf("%s: %v, want %v", err, got, want)
+		}
+	}
+}
+
+// TestInboxPrefixNamesTheUser: a connection's inboxes (reply subjects) are
+// _INBOX.<user>. for a password login, whatever its role; _INBOX.<role>.
+// when its credentials name no user; nats.go's default without either.
+// deploy/nats lets each user subscribe to its own prefix only. A name that
+// is not one subject token (it would nest under another user's prefix, or
+// be a wildcard) is refused.
+func TestInboxPrefixNamesTheUser(t *testing.T) {
+	url := bustest.StartJetStream(t) // no authorisation: any user name logs in
+	log := slog.New(slog.DiscardHandler)
+	for _, c := range []struct {
+		opts []bus.ConnectOption
+		want string
+	}{
+		{[]bus.ConnectOption{bus.WithAuth(bus.Auth{User: "client2", Password: "pw"}), bus.WithRole("client")}, "_INBOX.client2."},
+		{[]bus.ConnectOption{bus.WithRole("verifier")}, "_INBOX.verifier."},
+		{nil, "_INBOX."},
+	} {
+		conn, err := bus.Connect(t.Context(), url, "inbox", log, c.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := bus.NATS(conn).NewInbox()
+		conn.Close()
+		if !strings.HasPrefix(got, c.want) || (c.want == "_INBOX." && strings.Count(got, ".") != 1) {
+			t.Errorf("inbox %q, want under %s", got, c.want)
+		}
+	}
+	for _, bad := range []bus.ConnectOption{bus.WithAuth(bus.Auth{User: "client.dispatcher", Password: "pw"}), bus.WithRole("*"), bus.WithRole(">"), bus.WithRole("a b")} {
+		if _, err := bus.Connect(t.Context(), url, "inbox", log, bad); err == nil || !strings.Contains(err.Error(), "inbox prefix") {
+			t.Errorf("a user or role that is no single token: %v", err)
 		}
 	}
 }

@@ -163,14 +163,8 @@ func TestMaxDeliveriesBecomeDeadLetters(t *testing.T) {
 	}
 	// Deliver twice without an ack; the server raises the advisory when it
 	// would deliver a third time, which a waiting pull request triggers.
-	for range 3 {
-		b, err := cons.Fetch(1, jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range b.Messages() {
-			_ = m.Nak()
-		}
+	if err := bustest.NakUntilGivenUp(cons, 2); err != nil {
+		t.Fatal(err)
 	}
 	dl, err := bus.JetStream(conn).Stream(ctx, schemas.StreamDeadLetter)
 	if err != nil {

@@ -78,6 +78,9 @@ type connectConfig struct {
 	waitFor time.Duration
 
 	provision ProvisionMode
+	// role: the deploy/nats user this connection plays (WithRole), whose
+	// inbox prefix it uses when its credentials name no user.
+	role string
 	// blobBucket: the object store payloads are offloaded to (WithBlobService).
 	blobBucket string
 
@@ -155,6 +158,11 @@ func dial(url, name string, log *slog.Logger, cfg connectConfig) (*Conn, error) 
 	authOpts, err := cfg.auth.options()
 	if err != nil {
 		return nil, err
+	}
+	if owner, err := cfg.inboxOwner(); err != nil {
+		return nil, err
+	} else if owner != "" {
+		authOpts = append(authOpts, nats.CustomInboxPrefix(InboxPrefix(owner)))
 	}
 	refused := &refusals{}
 	nopts := append(append(tlsOpts, authOpts...),

@@ -79,7 +79,11 @@
 // Connect takes credentials with WithAuth; AuthFromEnv reads them from the
 // MEDGYM_NATS_* variables (a creds file, an nkey seed file, or a user and a
 // password or password file), never from the command line. SECURITY.md and
-// deploy/nats say which user may publish what.
+// deploy/nats say which user may publish what. A connection's inboxes (the
+// reply subjects of its requests, pulls and ordered consumers) are
+// _INBOX.<user>. (InboxPrefix), the user of a password login or else the
+// role given with WithRole, the only inboxes deploy/nats lets that user
+// subscribe to (docs/adr/0036).
 //
 // Payload size: a payload over the server's max_payload (less headroom) is
 // put in the connection's object store (its service's own with

@@ -82,7 +82,7 @@ func RunService(ctx context.Context, name, metricsDefault string, args []string,
 	if err != nil {
 		return err
 	}
-	startOpts = append(startOpts, WithTLS(node.TLS), WithAuth(auth))
+	startOpts = append(startOpts, WithTLS(node.TLS), WithAuth(auth), WithRole(name))
 	if slices.Contains(schemas.BlobWriters, name) {
 		startOpts = append(startOpts, WithBlobService(name)) // its own blob store
 	}

@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/duckdb/duckdb-go/v2 v2.10506.0
+	github.com/landlock-lsm/go-landlock v0.11.2
 	github.com/medgym/medgym/schemas v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/schemas/parquet v0.0.0-00010101000000-000000000000
 	github.com/minio/minio-go/v7 v7.4.1
@@ -40,12 +41,13 @@ require (
 	golang.org/x/exp v0.0.0-20260112195511-716be5621a96 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/ini.v1 v1.67.3 // indirect
+	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78 // indirect
 )
 
 replace github.com/medgym/medgym/schemas => ../schemas

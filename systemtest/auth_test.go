@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -47,6 +48,15 @@ var deployUsers = map[string]string{
 // environment: a random password, or an nkey whose seed file is returned.
 func startDeployNATS(t *testing.T, withNKeys bool) (string, map[string]bus.Auth) {
 	t.Helper()
+	return startDeployNATSEdited(t, withNKeys, nil, nil)
+}
+
+// startDeployNATSEdited is startDeployNATS with each config file's text
+// passed through edit (nil: unchanged) and, besides deployUsers, the users
+// of extra (user: the variable its password is read from), as an operator
+// adding users would write them.
+func startDeployNATSEdited(t *testing.T, withNKeys bool, edit func(file, text string) string, extra map[string]string) (string, map[string]bus.Auth) {
+	t.Helper()
 	bin := natsServerBinary(t)
 	src := filepath.Join(repoRoot(t), "deploy", "nats")
 	dir := t.TempDir()
@@ -82,13 +92,18 @@ func startDeployNATS(t *testing.T, withNKeys bool) (string, map[string]bus.Auth)
 				s = r.re.ReplaceAllString(s, r.repl)
 			}
 		}
+		if edit != nil {
+			s = edit(filepath.Base(f), s)
+		}
 		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), []byte(s), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
 	creds := map[string]bus.Auth{}
 	env := os.Environ()
-	for u, v := range deployUsers {
+	users := maps.Clone(deployUsers)
+	maps.Copy(users, extra)
+	for u, v := range users {
 		if withNKeys {
 			seed, pub := bustest.UserNKey(t)
 			seedFile := filepath.Join(dir, u+".nk")
@@ -136,7 +151,7 @@ func startDeployNATS(t *testing.T, withNKeys bool) (string, map[string]bus.Auth)
 
 func connectAs(t *testing.T, ctx context.Context, url, user string, auth bus.Auth, log *slog.Logger) *bus.Conn {
 	t.Helper()
-	opts := []bus.ConnectOption{bus.WithAuth(auth)}
+	opts := []bus.ConnectOption{bus.WithAuth(auth), bus.WithRole(user)}
 	if slices.Contains(schemas.BlobWriters, user) {
 		opts = append(opts, bus.WithBlobService(user)) // as the service: its own blob store
 	}

@@ -220,19 +220,12 @@ func slowClient(ctx context.Context, addr string, body bool) {
 	}
 }
 
-// TestEnvSessionsKeepOutOfStoredRuns: an env server on a fresh state over
-// a store that holds runs (an evaluation run, and a run named as the
-// server's default run of the day) used to add sessions to them, a
-// colliding episode id silently keeping the old row. Now a session naming
-// the stored run is refused (409 run_exists), sessions naming none go to a
-// default run of their own, a new run id works, and the stored runs keep
-// exactly their rows.
-func TestEnvSessionsKeepOutOfStoredRuns(t *testing.T) {
-	needSandbox(t)
-	lib := canaryLibrary(t, "MEDGYM-CANARY-runs")
-	dir := t.TempDir()
-	ctx := context.Background()
-	st, err := store.Open(ctx, filepath.Join(dir, "store"), store.Options{})
+// storeHeldRuns writes a correct row of eicu-canary-0 for the runs eval-1
+// (an evaluation) and env-<today> (the env server's default run of the
+// day) into the store at dir, and returns env-<today>.
+func storeHeldRuns(t *testing.T, ctx context.Context, dir string) string {
+	t.Helper()
+	st, err := store.Open(ctx, dir, store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,6 +238,22 @@ func TestEnvSessionsKeepOutOfStoredRuns(t *testing.T) {
 	if _, err := st.Write(ctx, held); err != nil {
 		t.Fatal(err)
 	}
+	return today
+}
+
+// TestEnvSessionsKeepOutOfStoredRuns: an env server on a fresh state over
+// a store that holds runs (an evaluation run, and a run named as the
+// server's default run of the day) used to add sessions to them, a
+// colliding episode id silently keeping the old row. Now a session naming
+// the stored run is refused (409 run_exists), sessions naming none go to a
+// default run of their own, a new run id works, and the stored runs keep
+// exactly their rows.
+func TestEnvSessionsKeepOutOfStoredRuns(t *testing.T) {
+	needSandbox(t)
+	lib := canaryLibrary(t, "MEDGYM-CANARY-runs")
+	dir := t.TempDir()
+	ctx := context.Background()
+	today := storeHeldRuns(t, ctx, filepath.Join(dir, "store"))
 	p := startEnv(t, lib, dir)
 	chk, err := apitest.New(nil)
 	if err != nil {
@@ -274,6 +283,42 @@ func TestEnvSessionsKeepOutOfStoredRuns(t *testing.T) {
 			t.Errorf("run %s holds %d rows, want %d", run, len(rows), want)
 		}
 		if (run == "eval-1" || run == today) && (len(rows) != 1 || rows[0].Outcome != "correct" || rows[0].Reward != 1) {
+			t.Errorf("stored run %s changed: %+v", run, rows)
+		}
+	}
+	checkContract(t, chk, "")
+}
+
+// TestEnvServeNATSKeepsOutOfStoredRuns: `medgym env serve --nats` looked
+// only in MEDGYM_RUNS for a session's run, so with JetStream that does not
+// know a run the store holds (another deployment's, or one whose record
+// expired) a session added rows to it. With --store given, a session
+// naming the stored run is refused (409 run_exists), a new run id is not,
+// sessions naming none move aside from the stored env-<date>, and the
+// stored runs keep their rows.
+func TestEnvServeNATSKeepsOutOfStoredRuns(t *testing.T) {
+	lib := canaryLibrary(t, "MEDGYM-CANARY-natsruns")
+	dir := t.TempDir()
+	ctx := context.Background()
+	today := storeHeldRuns(t, ctx, filepath.Join(dir, "store"))
+	p := startEnv(t, lib, dir, "--nats", bustest.StartJetStream(t))
+	chk, err := apitest.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newAPIClient(t, chk, p.url)
+	out := c.must(409, "POST", "/v1/sessions", map[string]any{"task_id": "eicu-canary-0", "options": map[string]any{"run_id": "eval-1"}})
+	if msg, _ := out["error"].(map[string]any)["message"].(string); errCode(out) != "run_exists" || !strings.Contains(msg, "eval-1") {
+		t.Errorf("a session of the stored run: %v", out)
+	}
+	c.must(201, "POST", "/v1/sessions", map[string]any{"task_id": "eicu-canary-0", "options": map[string]any{"run_id": "env-new"}})
+	def := c.must(201, "POST", "/v1/sessions", map[string]any{"task_id": "eicu-canary-0"})
+	if run, _ := def["run_id"].(string); !strings.HasPrefix(run, today+"-") {
+		t.Errorf("the default run is %q, want %s-<time> (the store holds %s)", run, today, today)
+	}
+	p.stop(t)
+	for _, run := range []string{"eval-1", today} {
+		if rows := readRun(t, ctx, filepath.Join(dir, "store"), run); len(rows) != 1 || rows[0].Outcome != "correct" {
 			t.Errorf("stored run %s changed: %+v", run, rows)
 		}
 	}

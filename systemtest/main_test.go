@@ -33,6 +33,7 @@ func TestMain(m *testing.M) {
 				panic(err)
 			}
 		}
+		cli.Standalone = true // a process of its own, as the medgym binary
 		bus.CommandMain("medgym", cli.Run)
 		os.Exit(0)
 	}

@@ -141,7 +141,7 @@ func TestDeployNATSLimits(t *testing.T) {
 	}
 	defer nc.Close()
 	for i := range maxSubs + 1 {
-		if err := nc.Subscribe(fmt.Sprintf("_INBOX.flood.%d", i)); err != nil {
+		if err := nc.Subscribe(fmt.Sprintf("%s.flood.%d", bus.InboxPrefix("client"), i)); err != nil {
 			t.Fatalf("subscription %d: %v", i, err)
 		}
 	}

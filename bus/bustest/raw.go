@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/medgym/medgym/bus"
 )
 
 // Raw is a bare NATS connection as one user, for tests that send what
@@ -16,10 +18,16 @@ type Raw struct {
 	errs chan error
 }
 
-// DialRaw connects to url as user with password.
+// DialRaw connects to url as user with password, its inboxes under the
+// user's prefix (bus.InboxPrefix), as medgym's connections.
 func DialRaw(url, user, password string) (*Raw, error) {
+	return DialRawInbox(url, user, password, bus.InboxPrefix(user))
+}
+
+// DialRawInbox is DialRaw with its inboxes under prefix.
+func DialRawInbox(url, user, password, prefix string) (*Raw, error) {
 	r := &Raw{errs: make(chan error, 64)}
-	nc, err := nats.Connect(url, nats.UserInfo(user, password), nats.NoReconnect(),
+	nc, err := nats.Connect(url, nats.UserInfo(user, password), nats.NoReconnect(), nats.CustomInboxPrefix(prefix),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
 			case r.errs <- err:
@@ -88,5 +96,30 @@ func (r *Raw) Listen(subject string) (next func(timeout time.Duration) ([]byte, 
 			return nil, err
 		}
 		return m.Data, nil
+	}, nil
+}
+
+// Capture subscribes to subject and keeps what arrives; got returns the
+// messages (subject and body) this connection has read so far: a
+// request of its own answered after another's (Request) is the barrier
+// that makes "so far" include everything sent to it before.
+func (r *Raw) Capture(subject string) (got func() []string, err error) {
+	sub, err := r.nc.SubscribeSync(subject)
+	if err != nil {
+		return nil, err
+	}
+	var seen []string
+	return func() []string {
+		for {
+			n, _, err := sub.Pending()
+			if err != nil || n == 0 {
+				return seen
+			}
+			m, err := sub.NextMsg(time.Second)
+			if err != nil {
+				return seen
+			}
+			seen = append(seen, m.Subject+" "+string(m.Data))
+		}
 	}, nil
 }

@@ -10,4 +10,7 @@ import (
 	"github.com/medgym/medgym/cmd/medgym/cli"
 )
 
-func main() { bus.CommandMain("medgym", cli.Run) }
+func main() {
+	cli.Standalone = true
+	bus.CommandMain("medgym", cli.Run)
+}

@@ -180,7 +180,17 @@ func cmdEnvServe(ctx context.Context, args []string, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		opts = append(opts, bus.WithAuth(auth), bus.WithTLS(f.NATSTLS), bus.WithProvision(f.Provision), bus.WithBlobService(env.Binary.Name))
+		opts = append(opts, bus.WithAuth(auth), bus.WithTLS(f.NATSTLS), bus.WithProvision(f.Provision), bus.WithBlobService(env.Binary.Name), bus.WithRole(env.Binary.Name))
+		if storeGiven(fs) {
+			// The verifiers write elsewhere, but --store names the store
+			// they write to: a run it holds that MEDGYM_RUNS does not know
+			// as this server's is refused too (env.Config.InStore).
+			st, err := store.Open(ctx, f.Store, f.StoreOptions())
+			if err != nil {
+				return err
+			}
+			ec.InStore = st.HasRun
+		}
 	}
 	conn, err := bus.Connect(ctx, url, "medgym-env", log, opts...)
 	if err != nil {
@@ -247,4 +257,11 @@ func stopped(ctx context.Context, name string, err error) error {
 		err = errors.New("stopped unexpectedly")
 	}
 	return fmt.Errorf("%s: %w", name, err)
+}
+
+// storeGiven reports whether --store was on the command line.
+func storeGiven(fs *flag.FlagSet) bool {
+	given := false
+	fs.Visit(func(fl *flag.Flag) { given = given || fl.Name == "store" })
+	return given
 }

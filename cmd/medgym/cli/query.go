@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,6 +16,8 @@ import (
 
 // cmdQuery runs SQL over a store's Parquet with DuckDB. The view
 // `trajectories` covers every run (Hive columns run and dataset included).
+// As a process of its own (Standalone) it confines itself to reading
+// before the statement runs (query.Confine).
 func cmdQuery(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("query", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -63,10 +66,38 @@ func cmdQuery(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		dir = tmp
 	}
+	if Standalone {
+		if err := confineQuery(dir, *storeURL, stderr); err != nil {
+			return err
+		}
+	}
 	// Rows go out as DuckDB produces them: the result is never held whole.
 	w := query.NewTableWriter(stdout)
 	if *format == "csv" {
 		w = query.NewCSVWriter(stdout)
 	}
 	return query.Stream(ctx, dir, fs.Arg(0), lim, w)
+}
+
+// Standalone says that Run is the whole process (the medgym binary), so a
+// command may restrict the process itself: medgym query confines it to
+// reading files. Tests that call Run in-process leave it false.
+var Standalone bool
+
+// confineQuery confines this process to reading files before the query
+// runs: a statement the checks miss cannot write the store, nor anything
+// else but dir when it is a temporary copy of an S3 store (removed after
+// the query). A kernel without Landlock leaves the process as it is, and
+// says so.
+func confineQuery(dir, storeURL string, stderr io.Writer) error {
+	var scratch []string
+	if dir != storeURL {
+		scratch = append(scratch, dir)
+	}
+	err := query.Confine(scratch...)
+	if errors.Is(err, query.ErrNoLandlock) {
+		NewLogger(stderr, "warn").Warn("query: the kernel cannot confine this process to reading (no Landlock); the statement check and DuckDB's settings still hold", "err", err)
+		return nil
+	}
+	return err
 }

@@ -422,7 +422,7 @@ func RunSpec(ctx context.Context, spec schemas.RunSpec, f *RunFlags, stderr io.W
 		if err != nil {
 			return RunResult{}, err
 		}
-		connOpts = append(connOpts, bus.WithAuth(auth), bus.WithTLS(f.NATSTLS), bus.WithConnectTimeout(f.ConnectTimeout), bus.WithProvision(f.Provision))
+		connOpts = append(connOpts, bus.WithAuth(auth), bus.WithTLS(f.NATSTLS), bus.WithConnectTimeout(f.ConnectTimeout), bus.WithProvision(f.Provision), bus.WithRole("client"))
 	}
 	conn, err := bus.Connect(ctx, url, "medgym-cli", logger, connOpts...)
 	if err != nil {

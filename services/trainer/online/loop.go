@@ -122,7 +122,7 @@ func Run(ctx context.Context, cfg Config, streams bus.StreamOptions, out io.Writ
 	if err != nil {
 		return nil, err
 	}
-	conn, err := bus.Connect(ctx, cfg.NATS, "medgym-trainer", log, append([]bus.ConnectOption{bus.WithAuth(auth)}, opts...)...)
+	conn, err := bus.Connect(ctx, cfg.NATS, "medgym-trainer", log, append([]bus.ConnectOption{bus.WithAuth(auth), bus.WithRole("trainer")}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
