@@ -12,11 +12,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/medgym/medgym/cmd/medgym/internal/replay"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
 	"github.com/medgym/medgym/services/sandbox-worker/sandbox"
 	"github.com/medgym/medgym/services/sandbox-worker/sandboxworker"
+	"github.com/medgym/medgym/services/verifier/replay"
 	"github.com/medgym/medgym/services/verifier/verifier"
 	"github.com/medgym/medgym/services/verifier/verify"
 	"github.com/medgym/medgym/store"
@@ -385,6 +385,9 @@ func writeRescored(ctx context.Context, st *store.Store, rep replay.Report, labe
 		}
 		fmt.Fprintf(w, "write: run %s: %d episode(s) re-scored by %s (%d file(s) written, %d already there)\n",
 			id, len(rows), rows[0].VerifierVersion, len(keys), before)
+		if len(labels) > 0 {
+			fmt.Fprintf(w, "training data under these labels: bin/trainer build --store %s --run %s --out DIR\n", st, id)
+		}
 	}
 	return nil
 }

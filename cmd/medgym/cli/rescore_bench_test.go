@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/medgym/medgym/cmd/medgym/internal/replay"
 	"github.com/medgym/medgym/schemas"
 	"github.com/medgym/medgym/schemas/parquet"
+	"github.com/medgym/medgym/services/verifier/replay"
 	"github.com/medgym/medgym/services/verifier/verifier"
 	"github.com/medgym/medgym/services/verifier/verify"
 	"github.com/medgym/medgym/store"
