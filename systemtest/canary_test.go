@@ -49,7 +49,7 @@ print(search())
 // canaryLibrary writes a task library in the two-tree layout: eicu tasks
 // whose truth is a canary (in the verifier tree, with the manifests) and a
 // data table in the agent tree.
-func canaryLibrary(t *testing.T, canary string) string {
+func canaryLibrary(t testing.TB, canary string) string {
 	t.Helper()
 	lib, err := os.MkdirTemp("", "medgym-canary-library-")
 	if err != nil {

@@ -63,7 +63,7 @@ func (w *lineWriter) String() string {
 
 // startEnv runs `medgym env serve` on an embedded server over lib with
 // state and store under dir, plus args.
-func startEnv(t *testing.T, lib, dir string, args ...string) *envProc {
+func startEnv(t testing.TB, lib, dir string, args ...string) *envProc {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &lineWriter{addr: make(chan string, 1)}
@@ -84,7 +84,7 @@ func startEnv(t *testing.T, lib, dir string, args ...string) *envProc {
 	return p
 }
 
-func (p *envProc) stop(t *testing.T) {
+func (p *envProc) stop(t testing.TB) {
 	t.Helper()
 	if p.cancel == nil {
 		return
@@ -166,7 +166,7 @@ func act(name string, params map[string]any) string {
 	return string(b)
 }
 
-func needSandbox(t *testing.T) {
+func needSandbox(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		t.Skip("bwrap not installed")

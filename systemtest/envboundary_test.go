@@ -26,7 +26,7 @@ import (
 
 // envServeArgs is `medgym env serve` on an embedded server over lib with
 // state and store under dir, plus args.
-func envServeArgs(t *testing.T, lib, dir string, args ...string) []string {
+func envServeArgs(t testing.TB, lib, dir string, args ...string) []string {
 	return append([]string{"env", "serve", "--addr", "127.0.0.1:0", "--library", lib, "--data", dataRoot(t),
 		"--store", filepath.Join(dir, "store"), "--state", filepath.Join(dir, "state"), "--dataset", "eicu", "--log", "error"}, args...)
 }

@@ -19,6 +19,7 @@ replace (
 )
 
 require (
+	github.com/coder/websocket v1.8.15
 	github.com/medgym/medgym/agent v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/bus v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/cmd/medgym v0.0.0-00010101000000-000000000000
@@ -48,7 +49,6 @@ require (
 	github.com/buger/jsonparser v1.6.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/coder/websocket v1.8.15 // indirect
 	github.com/containerd/errdefs v1.0.0 // indirect
 	github.com/containerd/errdefs/pkg v0.3.0 // indirect
 	github.com/distribution/reference v0.6.0 // indirect
