@@ -70,6 +70,26 @@ var suites = []suite{
 	}, Targets: []target{
 		{ratio: ratio{"1,000,000 stored episodes re-scored in <= 60 s (>= 16,667 rows/s)", "BenchmarkRescore", "", "labels-rows/s"}, Min: 16667},
 	}},
+	{Name: "env", Pkg: "./systemtest", Bench: "BenchmarkEnvDoors", Benchtime: "1x", Ratios: []ratio{
+		{"env server steps/s at 64 sessions, OpenEnv WebSocket / /v1/sessions", "BenchmarkEnvDoors", "BenchmarkEnvDoors", "openenv-ws-64-steps/s|v1-64-steps/s"},
+	}, Show: []ratio{
+		{What: "/v1/sessions at 8 sessions: steps/s", Num: "BenchmarkEnvDoors", Unit: "v1-8-steps/s"},
+		{What: "/v1/sessions at 64 sessions: steps/s", Num: "BenchmarkEnvDoors", Unit: "v1-64-steps/s"},
+		{What: "/v1/sessions at 64 sessions: step p50 (ms)", Num: "BenchmarkEnvDoors", Unit: "v1-64-p50-ms"},
+		{What: "/v1/sessions at 64 sessions: step p99 (ms)", Num: "BenchmarkEnvDoors", Unit: "v1-64-p99-ms"},
+		{What: "OpenEnv HTTP at 8 sessions: steps/s", Num: "BenchmarkEnvDoors", Unit: "openenv-http-8-steps/s"},
+		{What: "OpenEnv HTTP at 64 sessions: steps/s", Num: "BenchmarkEnvDoors", Unit: "openenv-http-64-steps/s"},
+		{What: "OpenEnv HTTP at 64 sessions: step p50 (ms)", Num: "BenchmarkEnvDoors", Unit: "openenv-http-64-p50-ms"},
+		{What: "OpenEnv HTTP at 64 sessions: step p99 (ms)", Num: "BenchmarkEnvDoors", Unit: "openenv-http-64-p99-ms"},
+		{What: "OpenEnv WebSocket at 8 sessions: steps/s", Num: "BenchmarkEnvDoors", Unit: "openenv-ws-8-steps/s"},
+		{What: "OpenEnv WebSocket at 64 sessions: steps/s", Num: "BenchmarkEnvDoors", Unit: "openenv-ws-64-steps/s"},
+		{What: "OpenEnv WebSocket at 64 sessions: step p50 (ms)", Num: "BenchmarkEnvDoors", Unit: "openenv-ws-64-p50-ms"},
+		{What: "OpenEnv WebSocket at 64 sessions: step p99 (ms)", Num: "BenchmarkEnvDoors", Unit: "openenv-ws-64-p99-ms"},
+	}, Targets: []target{
+		{ratio: ratio{"env server, trivial cell: >= 300 steps/s at 64 sessions", "BenchmarkEnvDoors", "", "v1-64-steps/s"}, Min: 300},
+		{ratio: ratio{"env server, trivial cell: step p50 <= 10 ms at 64 sessions", "BenchmarkEnvDoors", "", "v1-64-p50-ms"}, Max: 10},
+		{ratio: ratio{"env server, trivial cell: step p99 <= 50 ms at 64 sessions", "BenchmarkEnvDoors", "", "v1-64-p99-ms"}, Max: 50},
+	}},
 	{Name: "sandbox", Pkg: "./services/sandbox-worker/sandbox", Bench: "BenchmarkPandasGroupby", Benchtime: "20x", Ratios: []ratio{
 		{"pandas action p50, cold bwrap / warm pool", "BenchmarkPandasGroupby/cold", "BenchmarkPandasGroupby/warm", "p50-ms"},
 		{"pandas action p50 on an episode's second turn, docker / warm pool", "BenchmarkPandasGroupby/docker", "BenchmarkPandasGroupby/warm", "turn2-p50-ms"},
