@@ -11,7 +11,7 @@ TOOLS   ?= $(HOME)/.cache/medgym/bin
 export MEDGYM_TOOLS := $(TOOLS)
 SERVICES := dispatcher llm-worker sandbox-worker verifier trainer
 
-.PHONY: fhir test-fhir all setup setup-test venv build check-data lint library library-again demo test test-go test-system test-long soak test-chart test-compose test-env test-adapters test-harbor test-harbor-all test-hub test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
+.PHONY: fhir test-fhir test-parity all setup setup-test venv build check-data lint library library-again demo test test-go test-system test-long soak test-chart test-compose test-env test-adapters test-harbor test-harbor-all test-hub test-cgroup2 test-short verify-all fuzz bench vet fmt tidy ci clean sandbox-image
 
 all: build
 
@@ -134,6 +134,12 @@ test-harbor-all: setup-test build library
 ## (scripts/hub-image.sh, from this repository's own images; nothing pulled or pushed); see scripts/test-hub.sh
 test-hub: build library
 	scripts/test-hub.sh
+
+## test-parity: the reference solution of the first 2 tasks of every category of every dataset through medgym run,
+## /v1/sessions, OpenEnv HTTP and OpenEnv's WebSocket, with the door × dataset matrix (outside make test; make
+## test-system plays one task per dataset)
+test-parity: setup-test library
+	MEDGYM_PARITY_TASKS=2 MEDGYM_LIBRARY=$(CURDIR)/build/library go test -count=1 -timeout 70m -run '^TestRewardParityAcrossDoors$$' -v ./systemtest/
 
 ## test-cgroup2: the sandbox's cgroup tests and abuse suite on a cgroup v2 kernel (a QEMU VM)
 test-cgroup2: setup-test

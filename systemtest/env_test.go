@@ -65,9 +65,14 @@ func (w *lineWriter) String() string {
 // state and store under dir, plus args.
 func startEnv(t testing.TB, lib, dir string, args ...string) *envProc {
 	t.Helper()
+	return startEnvArgs(t, envServeArgs(t, lib, dir, args...))
+}
+
+// startEnvArgs runs medgym with all (`env serve ...`) until the test ends.
+func startEnvArgs(t testing.TB, all []string) *envProc {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &lineWriter{addr: make(chan string, 1)}
-	all := envServeArgs(t, lib, dir, args...)
 	p := &envProc{cancel: cancel, done: make(chan error, 1)}
 	go func() { p.done <- cli.Run(ctx, all, io.Discard, w) }()
 	select {
