@@ -136,7 +136,7 @@ test-hub: build library
 	scripts/test-hub.sh
 
 ## test-parity: the reference solution of the first 2 tasks of every category of every dataset through medgym run,
-## /v1/sessions, OpenEnv HTTP and OpenEnv's WebSocket, with the door × dataset matrix (outside make test; make
+## /v1/sessions, OpenEnv HTTP, OpenEnv's WebSocket and MCP, with the door × dataset matrix (outside make test; make
 ## test-system plays one task per dataset)
 test-parity: setup-test library
 	MEDGYM_PARITY_TASKS=2 MEDGYM_LIBRARY=$(CURDIR)/build/library go test -count=1 -timeout 70m -run '^TestRewardParityAcrossDoors$$' -v ./systemtest/

@@ -33,6 +33,7 @@ require (
 	github.com/medgym/medgym/services/verifier v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/store v0.0.0-00010101000000-000000000000
 	github.com/medgym/medgym/tasks v0.0.0-00010101000000-000000000000
+	github.com/modelcontextprotocol/go-sdk v1.8.0
 	go.yaml.in/yaml/v3 v3.0.5
 )
 
@@ -87,7 +88,6 @@ require (
 	github.com/moby/moby/api v1.57.0 // indirect
 	github.com/moby/moby/client v0.6.3 // indirect
 	github.com/moby/profiles/seccomp v0.3.0 // indirect
-	github.com/modelcontextprotocol/go-sdk v1.8.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/nats-io/jwt/v2 v2.8.3 // indirect
 	github.com/nats-io/nats-server/v2 v2.15.3 // indirect

@@ -3,6 +3,7 @@ package systemtest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/medgym/medgym/cmd/medgym/cli"
 	"github.com/medgym/medgym/tasks"
@@ -27,7 +29,8 @@ type parityDoor func(ctx context.Context, base, taskID string, reply func(obs st
 
 // TestRewardParityAcrossDoors plays the reference solution of one test task
 // of every dataset through `medgym run` and through the environment
-// server's doors (/v1/sessions, OpenEnv over HTTP, OpenEnv's WebSocket),
+// server's doors (/v1/sessions, OpenEnv over HTTP, OpenEnv's WebSocket,
+// MCP through the official Go SDK's client),
 // prints the door × dataset matrix, and fails on any disagreement of
 // reward or outcome with `medgym run`'s stored row. It plays one task per
 // dataset; MEDGYM_PARITY_TASKS=N plays the first N tasks of every category
@@ -98,7 +101,7 @@ func TestRewardParityAcrossDoors(t *testing.T) {
 	doors := []struct {
 		name string
 		play parityDoor
-	}{{"/v1/sessions", playV1}, {"OpenEnv HTTP", playOpenEnvHTTP}, {"OpenEnv WebSocket", playOpenEnvWS}}
+	}{{"/v1/sessions", playV1}, {"OpenEnv HTTP", playOpenEnvHTTP}, {"OpenEnv WebSocket", playOpenEnvWS}, {"MCP", playMCP}}
 	got := map[string]map[string]score{} // door → task → score
 	for _, d := range doors {
 		got[d.name] = map[string]score{}
@@ -131,7 +134,7 @@ func TestRewardParityAcrossDoors(t *testing.T) {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "door\t%s\n", strings.Join(datasets, "\t"))
-	rows := append([]string{"medgym run"}, "/v1/sessions", "OpenEnv HTTP", "OpenEnv WebSocket")
+	rows := []string{"medgym run", "/v1/sessions", "OpenEnv HTTP", "OpenEnv WebSocket", "MCP"}
 	bad := 0
 	for _, door := range rows {
 		cells := make([]string, len(datasets))
@@ -301,4 +304,50 @@ func playOpenEnvWS(ctx context.Context, base, taskID string, reply func(string) 
 		obs = r.Observation.Text
 	}
 	return id, 0, false, nil
+}
+
+// playMCP plays the replies as MCP tool calls (the action's name, its
+// params as the arguments) with the official Go SDK's client.
+func playMCP(ctx context.Context, base, taskID string, reply func(string) string) (string, float64, bool, error) {
+	client := mcp.NewClient(&mcp.Implementation{Name: "medgym-parity", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: base + "/mcp?task_id=" + taskID}, nil)
+	if err != nil {
+		return "", 0, false, err
+	}
+	defer func() { _ = cs.Close() }()
+	obs := ""
+	for range 2 {
+		var act struct {
+			Action string         `json:"action"`
+			Params map[string]any `json:"params"`
+		}
+		if err := json.Unmarshal([]byte(reply(obs)), &act); err != nil {
+			return "", 0, false, err
+		}
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: act.Action, Arguments: act.Params})
+		if err != nil {
+			return "", 0, false, err
+		}
+		b, err := json.Marshal(res.StructuredContent)
+		if err != nil {
+			return "", 0, false, err
+		}
+		var sc struct {
+			SessionID string  `json:"session_id"`
+			Reward    float64 `json:"reward"`
+			Done      bool    `json:"done"`
+		}
+		if err := json.Unmarshal(b, &sc); err != nil || res.IsError {
+			return "", 0, false, fmt.Errorf("tool %s: %s (%v)", act.Action, b, err)
+		}
+		if sc.Done {
+			return sc.SessionID, sc.Reward, true, nil
+		}
+		if len(res.Content) > 0 {
+			if t, ok := res.Content[0].(*mcp.TextContent); ok {
+				obs = t.Text
+			}
+		}
+	}
+	return "", 0, false, errors.New("the episode did not end after the answer")
 }
