@@ -72,6 +72,7 @@ var suites = []suite{
 	}},
 	{Name: "env", Pkg: "./systemtest", Bench: "BenchmarkEnvDoors", Benchtime: "1x", Ratios: []ratio{
 		{"env server steps/s at 64 sessions, OpenEnv WebSocket / /v1/sessions", "BenchmarkEnvDoors", "BenchmarkEnvDoors", "openenv-ws-64-steps/s|v1-64-steps/s"},
+		{"env server steps/s at 64 sessions, MCP / /v1/sessions", "BenchmarkEnvDoors", "BenchmarkEnvDoors", "mcp-64-steps/s|v1-64-steps/s"},
 	}, Show: []ratio{
 		{What: "/v1/sessions at 8 sessions: steps/s", Num: "BenchmarkEnvDoors", Unit: "v1-8-steps/s"},
 		{What: "/v1/sessions at 64 sessions: steps/s", Num: "BenchmarkEnvDoors", Unit: "v1-64-steps/s"},
@@ -85,6 +86,10 @@ var suites = []suite{
 		{What: "OpenEnv WebSocket at 64 sessions: steps/s", Num: "BenchmarkEnvDoors", Unit: "openenv-ws-64-steps/s"},
 		{What: "OpenEnv WebSocket at 64 sessions: step p50 (ms)", Num: "BenchmarkEnvDoors", Unit: "openenv-ws-64-p50-ms"},
 		{What: "OpenEnv WebSocket at 64 sessions: step p99 (ms)", Num: "BenchmarkEnvDoors", Unit: "openenv-ws-64-p99-ms"},
+		{What: "MCP at 8 sessions: steps/s", Num: "BenchmarkEnvDoors", Unit: "mcp-8-steps/s"},
+		{What: "MCP at 64 sessions: steps/s", Num: "BenchmarkEnvDoors", Unit: "mcp-64-steps/s"},
+		{What: "MCP at 64 sessions: step p50 (ms)", Num: "BenchmarkEnvDoors", Unit: "mcp-64-p50-ms"},
+		{What: "MCP at 64 sessions: step p99 (ms)", Num: "BenchmarkEnvDoors", Unit: "mcp-64-p99-ms"},
 	}, Targets: []target{
 		{ratio: ratio{"env server, trivial cell: >= 300 steps/s at 64 sessions", "BenchmarkEnvDoors", "", "v1-64-steps/s"}, Min: 300},
 		{ratio: ratio{"env server, trivial cell: step p50 <= 10 ms at 64 sessions", "BenchmarkEnvDoors", "", "v1-64-p50-ms"}, Max: 10},

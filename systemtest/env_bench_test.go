@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // envDoor plays one session of the benchmark's task through one of the
@@ -25,8 +26,8 @@ type envDoor interface {
 }
 
 // BenchmarkEnvDoors measures the environment server's steps through each
-// door side by side in one run: medgym's /v1/sessions, OpenEnv over HTTP
-// and OpenEnv over its WebSocket, at 8 and 64 sessions at once. Every
+// door side by side in one run: medgym's /v1/sessions, OpenEnv over HTTP,
+// OpenEnv over its WebSocket and MCP, at 8 and 64 sessions at once. Every
 // session runs envBenchSteps code steps of a trivial cell (`print(i)`, a
 // different cell each turn so the loop guard lets each run) in the real
 // bubblewrap sandbox, on an embedded env serve. It reports, per door and
@@ -39,11 +40,12 @@ func BenchmarkEnvDoors(b *testing.B) {
 		"v1":           func() envDoor { return &v1Door{base: p.url} },
 		"openenv-http": func() envDoor { return &openenvHTTPDoor{base: p.url} },
 		"openenv-ws":   func() envDoor { return &openenvWSDoor{base: p.url} },
+		"mcp":          func() envDoor { return &mcpDoor{base: p.url} },
 	}
 	const envBenchSteps = 8
 	for b.Loop() {
 		for _, conc := range []int{8, 64} {
-			for _, name := range []string{"v1", "openenv-http", "openenv-ws"} {
+			for _, name := range []string{"v1", "openenv-http", "openenv-ws", "mcp"} {
 				lat, el, err := runEnvDoor(doors[name], conc, envBenchSteps)
 				if err != nil {
 					b.Fatalf("%s at %d sessions: %v", name, conc, err)
@@ -229,5 +231,41 @@ func (d *openenvWSDoor) step(ctx context.Context, _ int, content string) error {
 func (d *openenvWSDoor) close() {
 	if d.ws != nil {
 		_ = d.ws.Close(websocket.StatusNormalClosure, "")
+	}
+}
+
+// mcpDoor steps a session through the MCP door with the official Go SDK's
+// client: each step a validate_code tool call.
+type mcpDoor struct {
+	base, id string
+	cs       *mcp.ClientSession
+}
+
+func (d *mcpDoor) open(ctx context.Context) error {
+	client := mcp.NewClient(&mcp.Implementation{Name: "medgym-bench", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: d.base + "/mcp?task_id=eicu-canary-0&max_turns=200",
+		HTTPClient: envBenchHTTP}, nil)
+	d.cs = cs
+	return err
+}
+
+func (d *mcpDoor) step(ctx context.Context, turn int, _ string) error {
+	res, err := d.cs.CallTool(ctx, &mcp.CallToolParams{Name: "validate_code", Arguments: map[string]any{"code": fmt.Sprintf("print(%d)", turn)}})
+	if err == nil && res.IsError {
+		err = fmt.Errorf("tool error: %+v", res.Content)
+	}
+	if err == nil && d.id == "" {
+		sc, _ := res.StructuredContent.(map[string]any)
+		d.id, _ = sc["session_id"].(string)
+	}
+	return err
+}
+
+func (d *mcpDoor) close() {
+	if d.cs != nil {
+		_ = d.cs.Close()
+	}
+	if d.id != "" { // end the episode, as the other doors do
+		(&v1Door{base: d.base, id: d.id}).close()
 	}
 }
