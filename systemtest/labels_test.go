@@ -75,7 +75,7 @@ func TestRescoreUnderAnotherLabelSet(t *testing.T) {
 		t.Fatalf("rescore under %s: err %v, want a change\n%s%s", tasks.MedCalcCorrected, err, out, errOut)
 	}
 	for _, want := range []string{"0 actions re-executed", "3 episode(s) change reward (3 up, 0 down)",
-		"(correct episodes): 3 in, 0 out"} {
+		"(solved episodes): 3 in, 0 out"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("rescore output lacks %q:\n%s", want, out)
 		}

@@ -180,6 +180,21 @@ func LabelSetsOf(dataset string) []string {
 	return append(out, more...)
 }
 
+// StrictLabelSet returns the id of a built-in dataset's default label set
+// under the strict verifier: the declared set marked default, else its
+// base set. (The upstream-compatible verifier's default is the base set.)
+func StrictLabelSet(dataset string) string {
+	m, err := declaredLabelSets()
+	if err == nil {
+		for id, ls := range m {
+			if ls.Dataset == dataset && ls.Default {
+				return id
+			}
+		}
+	}
+	return BaseLabelSet(dataset)
+}
+
 // CheckLabelSets validates a run's label set choice: each id names a
 // label set of a built-in dataset, at most one per dataset.
 func CheckLabelSets(ids []string) error {

@@ -23,6 +23,9 @@ func TestDeclaredLabelSetsLoad(t *testing.T) {
 	if got := LabelSetsOf(MedCalcDataset); strings.Join(got, ",") != "medcalcbench@v1.0,medcalcbench@medgym-1" {
 		t.Errorf("medcalcbench's sets: %v", got)
 	}
+	if StrictLabelSet(MedCalcDataset) != MedCalcCorrected || StrictLabelSet(TREQSDataset) != "treqs@source" {
+		t.Errorf("strict defaults: %s, %s", StrictLabelSet(MedCalcDataset), StrictLabelSet(TREQSDataset))
+	}
 	if got := LabelSetsOf(TREQSDataset); strings.Join(got, ",") != "treqs@source" {
 		t.Errorf("treqs's sets: %v", got)
 	}

@@ -314,7 +314,7 @@ func cell(s string) string {
 // training.
 func printFlips(w io.Writer, labels []string, f replay.Flips) {
 	fmt.Fprintf(w, "under %s: %d episode(s) change reward (%d up, %d down)\n", strings.Join(labels, ", "), f.Up+f.Down, f.Up, f.Down)
-	fmt.Fprintf(w, "  SFT / rejection sampling (correct episodes): %d in, %d out\n", f.SFTIn, f.SFTOut)
+	fmt.Fprintf(w, "  SFT / rejection sampling (solved episodes): %d in, %d out\n", f.SFTIn, f.SFTOut)
 	fmt.Fprintf(w, "  preference pairs (same task, different reward): %d reversed, %d new, %d gone\n", f.PairsReversed, f.PairsNew, f.PairsGone)
 	fmt.Fprintf(w, "  GRPO groups (a task's episodes): %d change, %d with an advantage changing sign\n", f.Groups, f.GroupsSignFlip)
 }

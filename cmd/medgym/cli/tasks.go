@@ -487,12 +487,7 @@ func cmdTasksLabels(args []string, stdout, stderr io.Writer) error {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "DATASET\tLABEL SET\tCHANGES\tDEFAULT FOR")
 	for _, ds := range tasks.Datasets() {
-		strict := tasks.BaseLabelSet(ds)
-		for _, ls := range declared {
-			if ls.Dataset == ds && ls.Default {
-				strict = ls.ID
-			}
-		}
+		strict := tasks.StrictLabelSet(ds)
 		for _, id := range tasks.LabelSetsOf(ds) {
 			var def []string
 			if id == strict {

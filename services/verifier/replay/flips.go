@@ -11,16 +11,18 @@ import (
 type Flips struct {
 	// Up and Down count episodes whose reward rose or fell.
 	Up, Down int
-	// SFTIn and SFTOut count episodes that became correct or stopped
-	// being correct: the rejection-sampling set (`trainer build --format
-	// sft` keeps correct episodes) gains or loses them.
+	// SFTIn and SFTOut count episodes that became solved or stopped being
+	// solved (schemas.Outcome.Solved, the test the trainer's SFT and
+	// rejection-sampling exports keep an episode by): those sets gain or
+	// lose them.
 	SFTIn, SFTOut int
 	// Preference pairs are two episodes of one task with different
 	// rewards, the higher one preferred (DPO). Reversed counts pairs
 	// whose preferred episode changed sides, New pairs that now differ and
 	// did not, Gone pairs that differed and now tie.
 	PairsReversed, PairsNew, PairsGone int
-	// Groups counts tasks with two or more episodes (a GRPO group) in
+	// Groups counts tasks (dataset, split, task id, as the trainer groups
+	// them) with two or more episodes (a GRPO group) in
 	// which some reward changed, so the group's advantages change;
 	// GroupsSignFlip those in which some episode's advantage (its reward
 	// against the group mean) changed sign.
@@ -49,15 +51,15 @@ func FlipsOf(rep Report) Flips {
 				f.Down++
 			}
 		}
-		wasOK := e.Recorded.Outcome == string(schemas.OutcomeCorrect)
-		isOK := e.Rescored.Outcome == string(schemas.OutcomeCorrect)
+		wasOK := schemas.Outcome(e.Recorded.Outcome).Solved()
+		isOK := schemas.Outcome(e.Rescored.Outcome).Solved()
 		switch {
 		case isOK && !wasOK:
 			f.SFTIn++
 		case wasOK && !isOK:
 			f.SFTOut++
 		}
-		key := e.Recorded.Dataset + "/" + e.Recorded.TaskID
+		key := e.Recorded.Dataset + "/" + e.Recorded.Split + "/" + e.Recorded.TaskID
 		if _, seen := byTask[key]; !seen {
 			taskOrder = append(taskOrder, key)
 		}
